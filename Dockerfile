@@ -1,0 +1,20 @@
+# The node, built from this repository.
+FROM rust:1-bookworm AS build
+RUN apt-get update && apt-get install -y --no-install-recommends \
+      cmake clang libclang-dev libcurl4-openssl-dev libssl-dev pkg-config \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY . .
+RUN cargo build --release --bin ankusa
+
+FROM debian:bookworm-slim
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates libcurl4 libssl3 curl \
+    && rm -rf /var/lib/apt/lists/* && useradd --system --home /var/lib/ankusa ankusa \
+    && mkdir -p /var/lib/ankusa && chown ankusa /var/lib/ankusa
+COPY --from=build /src/target/release/ankusa /usr/local/bin/ankusa
+COPY config/compose.toml /etc/ankusa/ankusa.toml
+USER ankusa
+WORKDIR /var/lib/ankusa
+EXPOSE 8080
+ENTRYPOINT ["ankusa", "--config", "/etc/ankusa/ankusa.toml"]
+CMD ["serve"]

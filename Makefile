@@ -1,0 +1,19 @@
+# The few targets a newcomer needs. Each calls the script the README names.
+.PHONY: run test bench lint fmt
+
+run:   ## Run the node on config/default.toml
+	scripts/run
+
+test:  ## Every test (installs what it needs)
+	scripts/test
+
+bench: ## Throughput and latency figures, as ratios against raw baselines
+	scripts/deps
+	cargo bench --bench commit
+
+lint:  ## Formatting and clippy, as CI wants them
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets --all-features -- -D warnings
+
+fmt:
+	cargo fmt --all

@@ -1,0 +1,125 @@
+//! Before/after hashes: HMAC-SHA256 keyed with the store's `m:audit_key` over a canonical
+//! encoding of the subject.
+//!
+//! Keyed, so that someone with `audit:read` can see *that* a secret changed but cannot test a
+//! guess against the hash. Canonical (sorted keys, no whitespace, encoded here rather than
+//! trusting the JSON map's iteration order), so that the same subject always hashes the same
+//! whatever order its fields were built in. The key never leaves this type.
+
+use hmac::{Hmac, Mac};
+use serde_json::Value;
+use sha2::Sha256;
+
+/// Length of `m:audit_key`.
+pub const KEY_LEN: usize = 32;
+
+/// Hashes subjects with the store's audit key.
+#[derive(Clone)]
+pub struct SubjectHasher {
+    mac: Hmac<Sha256>,
+}
+
+impl std::fmt::Debug for SubjectHasher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SubjectHasher([key withheld])")
+    }
+}
+
+impl SubjectHasher {
+    /// A hasher keyed with `key` (the store's `m:audit_key`).
+    pub fn new(key: &[u8; KEY_LEN]) -> SubjectHasher {
+        SubjectHasher {
+            mac: Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes a key of any length"),
+        }
+    }
+
+    /// The hex HMAC of `subject`'s canonical encoding; `None` for an absent subject.
+    pub fn hash(&self, subject: Option<&Value>) -> Option<String> {
+        let subject = subject?;
+        let mut mac = self.mac.clone();
+        let mut buf = Vec::with_capacity(256);
+        canonical(subject, &mut buf);
+        mac.update(&buf);
+        Some(hex::encode(mac.finalize().into_bytes()))
+    }
+}
+
+/// Append the canonical JSON encoding of `v` to `out`: object keys sorted bytewise, no
+/// insignificant whitespace, strings and numbers as serde_json writes them.
+pub fn canonical(v: &Value, out: &mut Vec<u8>) {
+    match v {
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            out.push(b'{');
+            for (i, (k, v)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_scalar(&Value::String(k.clone()), out);
+                out.push(b':');
+                canonical(v, out);
+            }
+            out.push(b'}');
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                canonical(item, out);
+            }
+            out.push(b']');
+        }
+        scalar => write_scalar(scalar, out),
+    }
+}
+
+fn write_scalar(v: &Value, out: &mut Vec<u8>) {
+    serde_json::to_writer(out, v).expect("writing a JSON scalar to a Vec cannot fail");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn hasher(byte: u8) -> SubjectHasher {
+        SubjectHasher::new(&[byte; KEY_LEN])
+    }
+
+    #[test]
+    fn canonical_encoding_sorts_keys_at_every_depth() {
+        let mut out = vec![];
+        canonical(
+            &json!({"b": 1, "a": {"z": [true, null], "y": "s"}}),
+            &mut out,
+        );
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"a":{"y":"s","z":[true,null]},"b":1}"#
+        );
+    }
+
+    #[test]
+    fn hash_is_keyed_and_order_independent() {
+        let a = json!({"id": "s1", "secret": "hunter2"});
+        let b: Value = serde_json::from_str(r#"{"secret":"hunter2","id":"s1"}"#).unwrap();
+        assert_eq!(hasher(1).hash(Some(&a)), hasher(1).hash(Some(&b)));
+        assert_ne!(hasher(1).hash(Some(&a)), hasher(2).hash(Some(&a)));
+        let changed = json!({"id": "s1", "secret": "hunter3"});
+        assert_ne!(hasher(1).hash(Some(&a)), hasher(1).hash(Some(&changed)));
+        assert_eq!(hasher(1).hash(None), None);
+    }
+
+    #[test]
+    fn hash_is_hmac_sha256_hex() {
+        // Known answer: HMAC-SHA256(key = 32 x 0x01, message = `{"a":1}`).
+        let mut mac = Hmac::<Sha256>::new_from_slice(&[1u8; KEY_LEN]).unwrap();
+        mac.update(br#"{"a":1}"#);
+        let expected = hex::encode(mac.finalize().into_bytes());
+        assert_eq!(hasher(1).hash(Some(&json!({"a": 1}))), Some(expected));
+        assert_eq!(hasher(1).hash(Some(&json!({"a": 1}))).unwrap().len(), 64);
+    }
+}

@@ -1,0 +1,253 @@
+//! The audit trail: one row for every change to the node's configuration, written with it.
+//!
+//! [`Trail`] is the handle every part of the node uses. `commit` takes a change to a subject
+//! in this node's store: the change's ops and its row go to the writer thread, which puts
+//! them in one synced batch, so that after a kill -9 both survive or neither does. Rows are
+//! read back in seq order with [`page`], which is commit order.
+//!
+//! Only the writer (in `writer.rs`) writes the `audit` column family.
+
+mod clock;
+mod context;
+mod hash;
+mod incarnation;
+mod row;
+mod tx;
+mod usage;
+mod writer;
+
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use tokio::sync::{mpsc, oneshot, watch};
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use context::{Context, SYSTEM_ACTOR};
+pub use hash::canonical;
+pub use incarnation::{History, Incarnation};
+pub use row::{decode_row, get, page, Change, Filter, Row, RowResult, ROW_FORMAT};
+pub use tx::Tx;
+pub use usage::Usage;
+pub use writer::MAX_GROUP;
+
+use crate::store::{Store, StoreError};
+use writer::{Fate, Job, Request, Writer};
+
+/// Why a change was not made.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CommitError<E> {
+    /// The change's own validation refused it (bad input, missing subject, conflict): no
+    /// row, no seq.
+    #[error("refused: {0}")]
+    Refused(E),
+    /// Its row could not be written, so the change was not made.
+    #[error("the store is unavailable")]
+    StoreUnavailable,
+    /// The trail is at a ceiling, or the outbox holds too many unpublished events.
+    #[error("the audit trail is at its backlog ceiling")]
+    AuditBacklog,
+}
+
+impl<E> From<StoreError> for CommitError<E> {
+    fn from(e: StoreError) -> Self {
+        tracing::error!(error = %e, "store error while validating a change");
+        CommitError::StoreUnavailable
+    }
+}
+
+/// A change that was committed, with its row's position and what the change returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed<T> {
+    /// The row's seq.
+    pub seq: u64,
+    /// The row's commit time (unix milliseconds).
+    pub at: u64,
+    /// What the change's closure returned.
+    pub value: T,
+}
+
+/// How the trail behaves.
+#[derive(Debug, Clone)]
+pub struct TrailOptions {
+    /// Lifecycle events on: changes that carry an entity are flagged and outboxed.
+    pub lifecycle: bool,
+    /// Requests that may wait for the writer before callers wait to enqueue.
+    pub queue: usize,
+}
+
+impl Default for TrailOptions {
+    fn default() -> Self {
+        TrailOptions {
+            lifecycle: true,
+            queue: 8 * MAX_GROUP,
+        }
+    }
+}
+
+/// A handle on the audit trail. Cheap to clone; every clone talks to one writer.
+#[derive(Clone)]
+pub struct Trail {
+    requests: mpsc::Sender<Request>,
+    store: Store,
+    committed: watch::Receiver<u64>,
+    history: History,
+    thread: Arc<Mutex<Option<JoinHandle<()>>>>,
+}
+
+impl std::fmt::Debug for Trail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trail").field("store", &self.store).finish()
+    }
+}
+
+impl Trail {
+    /// Boot the trail on `store` (making a new store's key and first incarnation) and start
+    /// its writer thread. Blocks on RocksDB: call it before serving, or in `spawn_blocking`.
+    pub fn start(
+        store: Store,
+        options: TrailOptions,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Trail, StoreError> {
+        let boot = writer::boot(&store)?;
+        let (requests, rx) = mpsc::channel(options.queue.max(1));
+        let (committed_tx, committed) = watch::channel(boot.last_seq);
+        let writer = Writer {
+            store: store.clone(),
+            rx,
+            hasher: boot.hasher,
+            clock,
+            last_seq: boot.last_seq,
+            last_at: boot.last_at,
+            usage: boot.usage,
+            lifecycle: options.lifecycle,
+            committed: committed_tx,
+        };
+        let thread = std::thread::Builder::new()
+            .name("audit-writer".into())
+            .spawn(move || writer.run())
+            .map_err(|e| StoreError::Corrupt {
+                what: "audit writer thread".into(),
+                detail: e.to_string(),
+            })?;
+        Ok(Trail {
+            requests,
+            store,
+            committed,
+            history: boot.history,
+            thread: Arc::new(Mutex::new(Some(thread))),
+        })
+    }
+
+    /// Commit a change to a subject of this node's store together with its row.
+    ///
+    /// `change` runs on the writer thread: it reads the subject through the [`Tx`] (which
+    /// sees the writes of changes committed before it in the same group), stages the
+    /// subject's ops there, and returns the [`Change`] its row describes and a value for the
+    /// caller. An `Err` from it writes nothing and takes no seq. It must be quick and must
+    /// not block on anything but the store.
+    pub async fn commit<T, E, F>(
+        &self,
+        ctx: Context,
+        change: F,
+    ) -> Result<Committed<T>, CommitError<E>>
+    where
+        F: FnOnce(&mut Tx<'_>) -> Result<(Change, T), CommitError<E>> + Send + 'static,
+        T: Send + 'static,
+        E: Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let job = CommitJob {
+            change: Some(change),
+            prepared: None,
+            reply,
+        };
+        let request = Request::Commit {
+            ctx,
+            job: Box::new(job),
+        };
+        if self.requests.send(request).await.is_err() {
+            return Err(CommitError::StoreUnavailable);
+        }
+        answer.await.unwrap_or(Err(CommitError::StoreUnavailable))
+    }
+
+    /// The store the trail lives in.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The last committed seq, as a watch: it changes after every group commit. A hint for
+    /// readers that want to wake on commits; the store is the truth.
+    pub fn committed(&self) -> watch::Receiver<u64> {
+        self.committed.clone()
+    }
+
+    /// The incarnation history as of boot.
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    /// [`page`] off the async runtime.
+    pub async fn page(
+        &self,
+        after: u64,
+        limit: usize,
+        filter: Filter,
+    ) -> Result<Vec<Row>, StoreError> {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || page(&store, after, limit, &filter))
+            .await
+            .unwrap_or_else(|e| Err(StoreError::Injected(format!("page task failed: {e}"))))
+    }
+
+    /// Finish every queued change, flush the store and stop the writer. Changes sent after
+    /// this get `StoreUnavailable`.
+    pub async fn shutdown(&self) {
+        let (done, finished) = oneshot::channel();
+        if self.requests.send(Request::Shutdown(done)).await.is_ok() {
+            let _ = finished.await;
+        }
+        let thread = self.thread.lock().ok().and_then(|mut t| t.take());
+        if let Some(thread) = thread {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+    }
+}
+
+/// A `commit` on its way through the writer.
+struct CommitJob<F, T, E> {
+    change: Option<F>,
+    prepared: Option<Result<T, CommitError<E>>>,
+    reply: oneshot::Sender<Result<Committed<T>, CommitError<E>>>,
+}
+
+impl<F, T, E> Job for CommitJob<F, T, E>
+where
+    F: FnOnce(&mut Tx<'_>) -> Result<(Change, T), CommitError<E>> + Send,
+    T: Send,
+    E: Send,
+{
+    fn prepare(&mut self, tx: &mut Tx<'_>) -> Option<Change> {
+        let change = self.change.take()?;
+        match change(tx) {
+            Ok((row, value)) => {
+                self.prepared = Some(Ok(value));
+                Some(row)
+            }
+            Err(e) => {
+                self.prepared = Some(Err(e));
+                None
+            }
+        }
+    }
+
+    fn complete(self: Box<Self>, fate: Fate) {
+        let result = match (self.prepared, fate) {
+            (Some(Err(e)), _) => Err(e),
+            (Some(Ok(value)), Fate::Committed { seq, at }) => Ok(Committed { seq, at, value }),
+            _ => Err(CommitError::StoreUnavailable),
+        };
+        // The caller may have gone away; the change is committed (or not) all the same.
+        let _ = self.reply.send(result);
+    }
+}

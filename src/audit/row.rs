@@ -1,0 +1,224 @@
+//! The trail's row, the change a caller describes, and reading rows back in seq order.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::store::{keys, Cf, Store, StoreError};
+
+/// The format version written into every row value.
+pub const ROW_FORMAT: u32 = 1;
+
+/// What a change did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RowResult {
+    /// The change took effect.
+    Ok,
+    /// The change was attempted and did not take effect.
+    Failed,
+    /// The change may or may not have been applied (a dual write cut short).
+    Interrupted,
+}
+
+impl RowResult {
+    /// The lowercase name, as stored and as used in metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RowResult::Ok => "ok",
+            RowResult::Failed => "failed",
+            RowResult::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// One row of the audit trail. Never holds a secret or a spec: only who, what, and hashes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Row {
+    /// Format version ([`ROW_FORMAT`]).
+    pub v: u32,
+    /// Position in the trail; also in the key, which is authoritative.
+    pub seq: u64,
+    /// Commit time, unix milliseconds; also in the key.
+    pub at: u64,
+    /// Who: the token's name, or `system`.
+    pub actor: String,
+    /// The client's address.
+    pub remote_ip: Option<String>,
+    /// The request's id.
+    pub request_id: Option<String>,
+    /// What: `<kind>.<verb>`, e.g. `source.update`.
+    pub action: String,
+    /// The tenant the subject belongs to.
+    pub tenant: Option<String>,
+    /// The subject, e.g. `sources/s1`.
+    pub resource: String,
+    /// Only what the caller put there: counts, filters, a rate.
+    pub detail: Map<String, Value>,
+    /// HMAC of the subject before the change (`None`: it did not exist).
+    pub before_hash: Option<String>,
+    /// HMAC of the subject after the change (`None`: it no longer exists).
+    pub after_hash: Option<String>,
+    /// The subject's own change counter after the change, where it has one.
+    pub revision: Option<u64>,
+    /// What the change did.
+    pub result: RowResult,
+    /// Whether a lifecycle event is to be published for this row (its entity is at `o`+seq).
+    pub publish: bool,
+    /// Settlement could not tell what happened: publish the subject's present state.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub refresh: bool,
+}
+
+/// A change as its caller describes it. The writer turns it into a [`Row`]: it hashes
+/// `before` and `after` (which are never stored) and, with lifecycle events on, writes
+/// `entity` to the outbox beside the row.
+#[derive(Debug, Clone, Default)]
+pub struct Change {
+    /// `<kind>.<verb>`, e.g. `source.update`.
+    pub action: String,
+    /// The tenant the subject belongs to.
+    pub tenant: Option<String>,
+    /// The subject, e.g. `sources/s1`.
+    pub resource: String,
+    /// Counts, filters, a rate: never a secret or a spec.
+    pub detail: Map<String, Value>,
+    /// The subject before the change, complete (secrets included: only its hash is kept).
+    pub before: Option<Value>,
+    /// The subject after the change, complete.
+    pub after: Option<Value>,
+    /// The subject's change counter after the change.
+    pub revision: Option<u64>,
+    /// The redacted entity a lifecycle event carries (routes and sources only).
+    pub entity: Option<Value>,
+}
+
+impl Change {
+    /// A change of `action` to `resource`.
+    pub fn new(action: impl Into<String>, resource: impl Into<String>) -> Change {
+        Change {
+            action: action.into(),
+            resource: resource.into(),
+            ..Change::default()
+        }
+    }
+
+    /// Set the tenant.
+    pub fn tenant(mut self, tenant: impl Into<String>) -> Change {
+        self.tenant = Some(tenant.into());
+        self
+    }
+
+    /// Add one detail entry.
+    pub fn detail(mut self, key: impl Into<String>, value: impl Into<Value>) -> Change {
+        self.detail.insert(key.into(), value.into());
+        self
+    }
+
+    /// Set the subject's states before and after (either absent).
+    pub fn states(mut self, before: Option<Value>, after: Option<Value>) -> Change {
+        self.before = before;
+        self.after = after;
+        self
+    }
+
+    /// Set the subject's revision after the change.
+    pub fn revision(mut self, revision: u64) -> Change {
+        self.revision = Some(revision);
+        self
+    }
+
+    /// Set the redacted lifecycle entity.
+    pub fn entity(mut self, entity: Value) -> Change {
+        self.entity = Some(entity);
+        self
+    }
+}
+
+/// Which rows a [`page`] returns.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    /// Only rows with this publish flag.
+    pub publish: Option<bool>,
+    /// Only rows of this tenant.
+    pub tenant: Option<String>,
+    /// Only rows of this action.
+    pub action: Option<String>,
+    /// Only rows whose resource starts with this.
+    pub resource_prefix: Option<String>,
+}
+
+impl Filter {
+    fn matches(&self, row: &Row) -> bool {
+        self.publish.is_none_or(|p| row.publish == p)
+            && self
+                .tenant
+                .as_deref()
+                .is_none_or(|t| row.tenant.as_deref() == Some(t))
+            && self.action.as_deref().is_none_or(|a| row.action == a)
+            && self
+                .resource_prefix
+                .as_deref()
+                .is_none_or(|p| row.resource.starts_with(p))
+    }
+}
+
+/// Decode a row from its key and value (the key's seq and at are authoritative).
+pub fn decode_row(key: &[u8], value: &[u8]) -> Result<Row, StoreError> {
+    let corrupt = |detail: String| StoreError::Corrupt {
+        what: format!("audit row {}", hex::encode(key)),
+        detail,
+    };
+    let (seq, at) = keys::decode_row_key(key).ok_or_else(|| corrupt("bad key".into()))?;
+    let mut row: Row = serde_json::from_slice(value).map_err(|e| corrupt(e.to_string()))?;
+    row.seq = seq;
+    row.at = at;
+    Ok(row)
+}
+
+/// Up to `limit` rows with seq greater than `after`, in seq order, that match `filter`.
+///
+/// Seq order is commit order, and every batch is atomic, so a reader that passes the last
+/// seq it saw as `after` never misses a row that commits later.
+pub fn page(
+    store: &Store,
+    after: u64,
+    limit: usize,
+    filter: &Filter,
+) -> Result<Vec<Row>, StoreError> {
+    let mut rows = Vec::new();
+    if limit == 0 || after == u64::MAX {
+        return Ok(rows);
+    }
+    let mut failure = None;
+    store.scan(
+        Cf::Audit,
+        &[keys::ROW],
+        &keys::row_seek(after + 1),
+        |k, v| match decode_row(k, v) {
+            Ok(row) => {
+                if filter.matches(&row) {
+                    rows.push(row);
+                }
+                rows.len() < limit
+            }
+            Err(e) => {
+                failure = Some(e);
+                false
+            }
+        },
+    )?;
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(rows),
+    }
+}
+
+/// The row of `seq`, if the trail holds it.
+pub fn get(store: &Store, seq: u64) -> Result<Option<Row>, StoreError> {
+    if seq == 0 {
+        return Ok(None);
+    }
+    Ok(page(store, seq - 1, 1, &Filter::default())?
+        .pop()
+        .filter(|r| r.seq == seq))
+}

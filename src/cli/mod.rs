@@ -1,0 +1,3 @@
+//! Subcommands of the `ankusa` binary other than `serve`.
+
+pub mod tail;

@@ -1,0 +1,67 @@
+//! The `ankusa` binary: argument parsing and the edges (config, logging, exit codes).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use ankusa::cli;
+use ankusa::config::{Config, LogFormat};
+use ankusa::telemetry;
+
+/// Ankusa: the audit trail of a node's configuration changes, and the lifecycle events
+/// of its routes and sources.
+#[derive(Debug, Parser)]
+#[command(name = "ankusa", version, about, long_about = None)]
+struct Args {
+    /// Configuration file, merged over the embedded default (config/default.toml).
+    #[arg(long, short, global = true, env = "ANKUSA_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the node: open the store, boot the trail and serve HTTP until SIGINT/SIGTERM.
+    Serve,
+    /// Read the audit trail of a store.
+    #[command(subcommand)]
+    Audit(AuditCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum AuditCommand {
+    /// Print rows in seq order; works while a node runs on the store.
+    Tail(cli::tail::TailArgs),
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let config = match Config::load(args.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("ankusa: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    telemetry::init_logging(&config.log.level, config.log.format == LogFormat::Json);
+    let result = match args.command {
+        Command::Serve => run_serve(config),
+        Command::Audit(AuditCommand::Tail(tail)) => cli::tail::run(&config, tail),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ankusa: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_serve(config: Config) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(ankusa::node::run(config, ankusa::node::signal()))
+}

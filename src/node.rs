@@ -1,0 +1,87 @@
+//! The running node: open the store, boot the trail, serve HTTP until told to stop, then
+//! stop accepting, flush the writer and close the store, in that order.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use tokio::net::TcpListener;
+
+use crate::api::{self, AppState};
+use crate::audit::{SystemClock, Trail, TrailOptions};
+use crate::config::Config;
+use crate::store::Store;
+
+/// Run the node with `config` until `shutdown` resolves.
+pub async fn run(
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(config.api.listen)
+        .await
+        .with_context(|| format!("binding api.listen {}", config.api.listen))?;
+    serve(config, listener, shutdown).await
+}
+
+/// Run the node on an already-bound listener (tests bind port 0).
+pub async fn serve(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let data_dir = config.node.data_dir.clone();
+    let options = TrailOptions {
+        lifecycle: config.lifecycle.enabled,
+        ..TrailOptions::default()
+    };
+    let trail = tokio::task::spawn_blocking(move || -> anyhow::Result<Trail> {
+        std::fs::create_dir_all(&data_dir)
+            .with_context(|| format!("creating node.data_dir {}", data_dir.display()))?;
+        let store = Store::open(&data_dir)
+            .with_context(|| format!("opening the store at {}", data_dir.display()))?;
+        Ok(Trail::start(store, options, Arc::new(SystemClock))?)
+    })
+    .await??;
+    let ready = Arc::new(AtomicBool::new(false));
+    let state = AppState {
+        trail: trail.clone(),
+        ready: ready.clone(),
+    };
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, seq = *trail.committed().borrow(), "node serving");
+    ready.store(true, Ordering::Release);
+    let served = axum::serve(
+        listener,
+        api::router(state).into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await;
+    ready.store(false, Ordering::Release);
+    tracing::info!("stopped accepting; flushing the audit writer");
+    trail.shutdown().await;
+    tracing::info!("store closed");
+    served.context("serving HTTP")
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => tracing::info!("SIGINT received"),
+        _ = term => tracing::info!("SIGTERM received"),
+    }
+}

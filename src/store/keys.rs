@@ -1,0 +1,150 @@
+//! Every key layout of the `audit` column family, in one place.
+//!
+//! Keys are binary and big-endian so that RocksDB's bytewise order is numeric order: iterating
+//! `a`-keys from `a`+N visits rows in seq order, which is commit order (the writer hands out seq
+//! and commits in that order). One byte prefix per kind; a prefix is never renumbered, since
+//! stores outlive the code that wrote them.
+//!
+//! | key                    | value                                     |
+//! |------------------------|-------------------------------------------|
+//! | `a` seq:u64 at:u64     | a trail row (JSON)                        |
+//! | `p` seq:u64            | a pending row: begun, not finished (JSON) |
+//! | `o` seq:u64            | the redacted lifecycle entity of row seq  |
+//! | `m:<name>`             | meta (see [`meta`])                       |
+
+/// Prefix of a trail row key.
+pub const ROW: u8 = b'a';
+/// Prefix of a pending row key.
+pub const PENDING: u8 = b'p';
+/// Prefix of a lifecycle outbox entity key.
+pub const OUTBOX: u8 = b'o';
+/// Prefix of every meta key.
+pub const META: &[u8] = b"m:";
+
+/// Length of a trail row key: prefix, seq, at.
+pub const ROW_KEY_LEN: usize = 17;
+/// Length of a pending or outbox key: prefix, seq.
+pub const SEQ_KEY_LEN: usize = 9;
+
+/// The names of the meta keys (`m:<name>`).
+pub mod meta {
+    /// 32 random bytes keying every before/after hash; made once per store, never exposed.
+    pub const AUDIT_KEY: &str = "audit_key";
+    /// The last seq handed out (u64, big-endian).
+    pub const AUDIT_SEQ: &str = "audit_seq";
+    /// The last seq every configured lifecycle sink confirmed (u64, big-endian).
+    pub const LIFECYCLE_CURSOR: &str = "lifecycle_cursor";
+    /// The history of incarnations: JSON `[{"from": seq, "id": uuid}, ...]`.
+    pub const INCARNATION: &str = "incarnation";
+    /// Left by a restore: the next boot must open a new incarnation.
+    pub const INCARNATION_PENDING: &str = "incarnation_pending";
+    /// Rows and bytes of the trail, and the seq they are valid for (JSON).
+    pub const AUDIT_USAGE: &str = "audit_usage";
+}
+
+/// The key of trail row `seq`, committed at `at` (unix milliseconds).
+pub fn row_key(seq: u64, at: u64) -> [u8; ROW_KEY_LEN] {
+    let mut k = [0u8; ROW_KEY_LEN];
+    k[0] = ROW;
+    k[1..9].copy_from_slice(&seq.to_be_bytes());
+    k[9..17].copy_from_slice(&at.to_be_bytes());
+    k
+}
+
+/// The smallest key a trail row of seq `seq` or later can have: seek here to resume a scan.
+pub fn row_seek(seq: u64) -> [u8; SEQ_KEY_LEN] {
+    seq_key(ROW, seq)
+}
+
+/// Decode a trail row key into `(seq, at)`; `None` for any other key.
+pub fn decode_row_key(key: &[u8]) -> Option<(u64, u64)> {
+    if key.len() != ROW_KEY_LEN || key[0] != ROW {
+        return None;
+    }
+    let seq = u64::from_be_bytes(key[1..9].try_into().ok()?);
+    let at = u64::from_be_bytes(key[9..17].try_into().ok()?);
+    Some((seq, at))
+}
+
+/// The key of pending row `seq`.
+pub fn pending_key(seq: u64) -> [u8; SEQ_KEY_LEN] {
+    seq_key(PENDING, seq)
+}
+
+/// The key of the lifecycle entity of row `seq`.
+pub fn outbox_key(seq: u64) -> [u8; SEQ_KEY_LEN] {
+    seq_key(OUTBOX, seq)
+}
+
+/// Decode a pending or outbox key of the given prefix into its seq.
+pub fn decode_seq_key(prefix: u8, key: &[u8]) -> Option<u64> {
+    if key.len() != SEQ_KEY_LEN || key[0] != prefix {
+        return None;
+    }
+    Some(u64::from_be_bytes(key[1..9].try_into().ok()?))
+}
+
+/// The key of meta entry `name` (one of [`meta`]).
+pub fn meta_key(name: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(META.len() + name.len());
+    k.extend_from_slice(META);
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+fn seq_key(prefix: u8, seq: u64) -> [u8; SEQ_KEY_LEN] {
+    let mut k = [0u8; SEQ_KEY_LEN];
+    k[0] = prefix;
+    k[1..9].copy_from_slice(&seq.to_be_bytes());
+    k
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn row_key_round_trips(seq: u64, at: u64) {
+            prop_assert_eq!(decode_row_key(&row_key(seq, at)), Some((seq, at)));
+        }
+
+        #[test]
+        fn seq_keys_round_trip(seq: u64) {
+            prop_assert_eq!(decode_seq_key(PENDING, &pending_key(seq)), Some(seq));
+            prop_assert_eq!(decode_seq_key(OUTBOX, &outbox_key(seq)), Some(seq));
+            prop_assert_eq!(decode_seq_key(OUTBOX, &pending_key(seq)), None);
+        }
+
+        #[test]
+        fn row_key_order_is_seq_then_at_order(a: (u64, u64), b: (u64, u64)) {
+            prop_assert_eq!(row_key(a.0, a.1) < row_key(b.0, b.1), a < b);
+        }
+
+        #[test]
+        fn seq_key_order_is_numeric(a: u64, b: u64) {
+            prop_assert_eq!(outbox_key(a) < outbox_key(b), a < b);
+            prop_assert_eq!(pending_key(a) < pending_key(b), a < b);
+        }
+
+        #[test]
+        fn seek_key_precedes_every_row_of_that_seq(seq: u64, at: u64) {
+            prop_assert!(row_seek(seq).as_slice() <= row_key(seq, at).as_slice());
+            if seq < u64::MAX {
+                prop_assert!(row_key(seq, at).as_slice() < row_seek(seq + 1).as_slice());
+            }
+        }
+    }
+
+    #[test]
+    fn kinds_do_not_interleave() {
+        // Every row key sorts before every meta, outbox and pending key, and meta keys
+        // sort together, so a scan of one kind never walks into another.
+        let last_row = row_key(u64::MAX, u64::MAX);
+        assert!(last_row.as_slice() < meta_key(meta::AUDIT_KEY).as_slice());
+        assert!(meta_key(meta::AUDIT_USAGE).as_slice() < outbox_key(0).as_slice());
+        assert!(outbox_key(u64::MAX).as_slice() < pending_key(0).as_slice());
+        assert_eq!(decode_row_key(&meta_key(meta::AUDIT_SEQ)), None);
+    }
+}

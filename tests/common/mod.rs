@@ -1,0 +1,116 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::sync::Arc;
+
+use ankusa::audit::{
+    page, Change, CommitError, Committed, Context, Filter, Row, SystemClock, Trail, TrailOptions,
+};
+use ankusa::store::{Cf, Store};
+use serde_json::{json, Value};
+
+/// A trail on a fresh store in `dir`.
+pub fn open_trail(dir: &Path, lifecycle: bool) -> Trail {
+    let store = Store::open(dir).expect("open store");
+    Trail::start(
+        store,
+        TrailOptions {
+            lifecycle,
+            ..TrailOptions::default()
+        },
+        Arc::new(SystemClock),
+    )
+    .expect("start trail")
+}
+
+/// An operator context.
+pub fn ctx(actor: &str) -> Context {
+    Context::new(
+        actor,
+        Some("192.0.2.7".into()),
+        Some(format!("req-{actor}")),
+    )
+}
+
+/// Why a test change was refused.
+#[derive(Debug, PartialEq, Eq)]
+pub enum TestRefusal {
+    Exists,
+    Missing,
+}
+
+/// Create source `id` with `secret` unless it exists: the shape of every local-subject change.
+pub async fn create_source(
+    trail: &Trail,
+    ctx: Context,
+    id: &str,
+    secret: &str,
+) -> Result<Committed<Value>, CommitError<TestRefusal>> {
+    let id = id.to_owned();
+    let secret = secret.to_owned();
+    trail
+        .commit(ctx, move |tx| {
+            let key = format!("t1/{id}").into_bytes();
+            if tx.get(Cf::Sources, &key)?.is_some() {
+                return Err(CommitError::Refused(TestRefusal::Exists));
+            }
+            let subject = json!({"id": id, "tenant": "t1", "secret": secret, "revision": 1});
+            tx.put_json(Cf::Sources, key, &subject)?;
+            let change = Change::new("source.create", format!("sources/{id}"))
+                .tenant("t1")
+                .detail("fields", 3)
+                .states(None, Some(subject.clone()))
+                .revision(1)
+                .entity(json!({"id": id, "tenant": "t1", "revision": 1}));
+            Ok((change, subject))
+        })
+        .await
+}
+
+/// Set source `id`'s secret, bumping its revision.
+pub async fn update_secret(
+    trail: &Trail,
+    ctx: Context,
+    id: &str,
+    secret: &str,
+) -> Result<Committed<Value>, CommitError<TestRefusal>> {
+    let id = id.to_owned();
+    let secret = secret.to_owned();
+    trail
+        .commit(ctx, move |tx| {
+            let key = format!("t1/{id}").into_bytes();
+            let before: Value = tx
+                .get_json(Cf::Sources, &key)?
+                .ok_or(CommitError::Refused(TestRefusal::Missing))?;
+            let revision = before["revision"].as_u64().unwrap_or(0) + 1;
+            let mut after = before.clone();
+            after["secret"] = json!(secret);
+            after["revision"] = json!(revision);
+            tx.put_json(Cf::Sources, key, &after)?;
+            let change = Change::new("source.update", format!("sources/{id}"))
+                .tenant("t1")
+                .states(Some(before), Some(after.clone()))
+                .revision(revision)
+                .entity(json!({"id": id, "tenant": "t1", "revision": revision}));
+            Ok((change, after))
+        })
+        .await
+}
+
+/// Every row of the trail, in seq order.
+pub fn all_rows(store: &Store) -> Vec<Row> {
+    page(store, 0, usize::MAX, &Filter::default()).expect("page")
+}
+
+/// Every key of a column family.
+pub fn all_keys(store: &Store, cf: Cf) -> Vec<Vec<u8>> {
+    let mut keys = vec![];
+    store
+        .scan(cf, b"", b"", |k, _| {
+            keys.push(k.to_vec());
+            true
+        })
+        .expect("scan");
+    keys
+}
