@@ -4,11 +4,14 @@
 //! Every struct denies unknown fields, so a misspelt key is an error at start, not a
 //! setting silently ignored. Errors name the key.
 
-use std::net::SocketAddr;
+use std::collections::HashSet;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 
 use figment::providers::{Env, Format, Toml};
 use figment::Figment;
+use ipnet::IpNet;
 use serde::Deserialize;
 
 /// The embedded default configuration.
@@ -44,6 +47,78 @@ pub struct NodeConfig {
 pub struct ApiConfig {
     /// The admin server's address.
     pub listen: SocketAddr,
+    /// The largest request body the admin API reads, in bytes; larger ones get 413.
+    pub body_limit: usize,
+    /// Peers whose `X-Forwarded-For` is believed (IPs or CIDRs). Anyone else's is ignored.
+    pub trusted_proxies: Vec<TrustedProxy>,
+    /// Bearer tokens. Empty: the node makes one admin token on first start (see
+    /// `api::auth`).
+    pub tokens: Vec<TokenConfig>,
+}
+
+/// One `[[api.tokens]]` entry: a bearer token known only by its SHA-256 digest.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    /// The token's name: the `actor` of every row its requests write.
+    pub name: String,
+    /// Hex SHA-256 digest of the token (`ankusa token hash`).
+    pub sha256: String,
+    /// What the token may do.
+    pub scopes: Vec<Scope>,
+}
+
+/// What a token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+pub enum Scope {
+    /// Read local subjects.
+    #[serde(rename = "admin:read")]
+    AdminRead,
+    /// Create, change and delete local subjects.
+    #[serde(rename = "admin:write")]
+    AdminWrite,
+    /// Read the audit trail.
+    #[serde(rename = "audit:read")]
+    AuditRead,
+}
+
+impl Scope {
+    /// Every scope (the first-start admin token has them all).
+    pub const ALL: [Scope; 3] = [Scope::AdminRead, Scope::AdminWrite, Scope::AuditRead];
+
+    /// The scope's name, as configured.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::AdminRead => "admin:read",
+            Scope::AdminWrite => "admin:write",
+            Scope::AuditRead => "audit:read",
+        }
+    }
+}
+
+/// An address or network whose `X-Forwarded-For` header the admin API believes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub struct TrustedProxy(pub IpNet);
+
+impl TrustedProxy {
+    /// Whether `ip` is this proxy (or inside its network).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        self.0.contains(&ip)
+    }
+}
+
+impl TryFrom<String> for TrustedProxy {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        if let Ok(net) = IpNet::from_str(&s) {
+            return Ok(TrustedProxy(net));
+        }
+        IpAddr::from_str(&s)
+            .map(|ip| TrustedProxy(IpNet::from(ip)))
+            .map_err(|_| format!("`{s}` is neither an IP address nor a CIDR network"))
+    }
 }
 
 /// `[lifecycle]`
@@ -123,8 +198,67 @@ impl Config {
         if tracing_subscriber::EnvFilter::try_new(&self.log.level).is_err() {
             return invalid("log.level", "is not a valid level or filter directive");
         }
+        self.api.validate()?;
         Ok(())
     }
+}
+
+/// Bounds of `api.body_limit`: below 1 KiB no real request fits; above 64 MiB one request
+/// could hold a worker's memory hostage.
+const BODY_LIMIT_RANGE: std::ops::RangeInclusive<usize> = 1024..=(64 << 20);
+
+impl ApiConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if !BODY_LIMIT_RANGE.contains(&self.body_limit) {
+            return invalid("api.body_limit", "must be between 1024 and 67108864 bytes");
+        }
+        let mut names = HashSet::new();
+        for (i, token) in self.tokens.iter().enumerate() {
+            if !valid_token_name(&token.name) {
+                return invalid(
+                    "api.tokens.name",
+                    &format!("token #{i}: must be 1 to 64 characters of A-Z a-z 0-9 . _ - : @"),
+                );
+            }
+            if token.name == crate::audit::SYSTEM_ACTOR {
+                return invalid(
+                    "api.tokens.name",
+                    &format!("token #{i}: `system` is the node's own actor name"),
+                );
+            }
+            if !names.insert(token.name.as_str()) {
+                return invalid(
+                    "api.tokens.name",
+                    &format!("token #{i}: `{}` is used by another token", token.name),
+                );
+            }
+            if token.sha256.len() != 64 || hex::decode(&token.sha256).is_err() {
+                return invalid(
+                    "api.tokens.sha256",
+                    &format!(
+                        "token `{}`: must be the 64 hex digits of a SHA-256 digest \
+                         (`ankusa token hash`)",
+                        token.name
+                    ),
+                );
+            }
+            if token.scopes.is_empty() {
+                return invalid(
+                    "api.tokens.scopes",
+                    &format!("token `{}`: must name at least one scope", token.name),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A token name becomes a row's `actor`: keep it short, printable and unambiguous.
+fn valid_token_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".-_:@".contains(&b))
 }
 
 fn invalid(key: &'static str, message: &str) -> Result<(), ConfigError> {
@@ -193,6 +327,74 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("format"), "{err}");
+    }
+
+    const DIGEST: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+
+    #[test]
+    fn api_defaults_and_tokens_load() {
+        let c = Config::load_from(None, Env::prefixed("ANKUSA_TEST_NONE_")).unwrap();
+        assert_eq!(c.api.body_limit, 1 << 20);
+        assert!(c.api.trusted_proxies.is_empty());
+        assert!(c.api.tokens.is_empty());
+        let c = load_str(&format!(
+            "[api]\nbody_limit = 4096\ntrusted_proxies = [\"10.0.0.0/8\", \"::1\"]\n\
+             [[api.tokens]]\nname = \"ops\"\nsha256 = \"{DIGEST}\"\n\
+             scopes = [\"admin:read\", \"audit:read\"]\n"
+        ))
+        .unwrap();
+        assert_eq!(c.api.body_limit, 4096);
+        assert!(c.api.trusted_proxies[0].contains("10.1.2.3".parse().unwrap()));
+        assert!(!c.api.trusted_proxies[0].contains("11.1.2.3".parse().unwrap()));
+        assert!(c.api.trusted_proxies[1].contains("::1".parse().unwrap()));
+        assert_eq!(
+            c.api.tokens[0].scopes,
+            vec![Scope::AdminRead, Scope::AuditRead]
+        );
+    }
+
+    #[test]
+    fn bad_api_keys_are_refused_by_name() {
+        let cases = [
+            ("[api]\nbody_limt = 10\n", "body_limt"),
+            ("[api]\nbody_limit = 10\n", "api.body_limit"),
+            ("[api]\nbody_limit = \"big\"\n", "body_limit"),
+            ("[api]\ntrusted_proxies = [\"10.0.0.0/33\"]\n", "trusted_proxies"),
+            ("[api]\ntrusted_proxies = [\"proxy.local\"]\n", "trusted_proxies"),
+            (
+                "[[api.tokens]]\nname = \"a\"\nsha256 = \"00\"\nscopes = [\"admin:read\"]\n",
+                "api.tokens.sha256",
+            ),
+            (
+                &format!("[[api.tokens]]\nname = \"a\"\nsha256 = \"{DIGEST}\"\nscopes = [\"root\"]\n"),
+                "scopes",
+            ),
+            (
+                &format!("[[api.tokens]]\nname = \"a\"\nsha256 = \"{DIGEST}\"\nscopes = []\n"),
+                "api.tokens.scopes",
+            ),
+            (
+                &format!("[[api.tokens]]\nname = \"a b\"\nsha256 = \"{DIGEST}\"\nscopes = [\"admin:read\"]\n"),
+                "api.tokens.name",
+            ),
+            (
+                &format!("[[api.tokens]]\nname = \"system\"\nsha256 = \"{DIGEST}\"\nscopes = [\"admin:read\"]\n"),
+                "api.tokens.name",
+            ),
+            (
+                &format!("[[api.tokens]]\nname = \"a\"\nsha256 = \"{DIGEST}\"\nscopes = [\"admin:read\"]\ntoken = \"x\"\n"),
+                "token",
+            ),
+            (
+                &format!("[[api.tokens]]\nname = \"a\"\nsha256 = \"{DIGEST}\"\nscopes = [\"admin:read\"]\n\
+                          [[api.tokens]]\nname = \"a\"\nsha256 = \"{DIGEST}\"\nscopes = [\"admin:read\"]\n"),
+                "api.tokens.name",
+            ),
+        ];
+        for (toml, key) in cases {
+            let err = load_str(toml).unwrap_err().to_string();
+            assert!(err.contains(key), "{toml}: {err}");
+        }
     }
 
     #[test]

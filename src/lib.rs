@@ -1,7 +1,7 @@
 //! Ankusa: the audit trail of a node's configuration changes, and the outbox that publishes
 //! route and source lifecycle events as CloudEvents.
 //!
-//! Dependencies point one way: `api` -> `audit` -> `store`. See ARCHITECTURE.md.
+//! Dependencies point one way: `api` -> `subjects` -> `audit` -> `store`. See ARCHITECTURE.md.
 
 pub mod api;
 pub mod audit;
@@ -9,4 +9,5 @@ pub mod cli;
 pub mod config;
 pub mod node;
 pub mod store;
+pub mod subjects;
 pub mod telemetry;

@@ -28,6 +28,9 @@ enum Command {
     /// Read the audit trail of a store.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Make admin API bearer tokens and their digests for `[[api.tokens]]`.
+    #[command(subcommand)]
+    Token(cli::token::TokenCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -49,6 +52,11 @@ fn main() -> ExitCode {
     let result = match args.command {
         Command::Serve => run_serve(config),
         Command::Audit(AuditCommand::Tail(tail)) => cli::tail::run(&config, tail),
+        Command::Token(token) => cli::token::run(
+            token,
+            &mut std::io::stdin().lock(),
+            &mut std::io::stdout().lock(),
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use tokio::net::TcpListener;
 
-use crate::api::{self, AppState};
+use crate::api::{self, AdminState, AppState};
 use crate::audit::{SystemClock, Trail, TrailOptions};
 use crate::config::Config;
 use crate::store::Store;
@@ -43,10 +43,18 @@ pub async fn serve(
         Ok(Trail::start(store, options, Arc::new(SystemClock))?)
     })
     .await??;
+    let (api_config, data_dir) = (config.api.clone(), config.node.data_dir.clone());
+    // With no token configured, the first start makes the admin token and prints it once.
+    let admin = tokio::task::spawn_blocking(move || {
+        AdminState::new(&api_config, &data_dir, &mut std::io::stdout().lock())
+    })
+    .await?
+    .context("setting up the admin API's tokens")?;
     let ready = Arc::new(AtomicBool::new(false));
     let state = AppState {
         trail: trail.clone(),
         ready: ready.clone(),
+        admin: Arc::new(admin),
     };
     let addr = listener.local_addr()?;
     tracing::info!(%addr, seq = *trail.committed().borrow(), "node serving");

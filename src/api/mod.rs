@@ -1,21 +1,40 @@
-//! The node's HTTP surface: health, readiness and metrics now; the admin API under
-//! `/admin/v1` slots in as its own router.
+//! The node's HTTP surface: health, readiness and metrics, and the admin API under
+//! `/admin/v1` (routes in `routes.rs`, one file per resource).
 //!
 //! Handlers never touch RocksDB on a tokio worker directly: reads go through
-//! `spawn_blocking` helpers of the trail, writes through the writer.
+//! `spawn_blocking`, writes through the trail's writer. Every error becomes a response in
+//! one place (`error.rs`), and every response, errors included, echoes the request id
+//! (`context.rs`).
 
+pub mod audit;
+pub mod auth;
+pub mod context;
+pub mod error;
+pub mod events;
+pub mod extract;
+pub mod overrides;
+pub mod quarantine;
+pub mod replay;
+pub mod routes;
+pub mod sources;
+pub mod subject;
+
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use axum::{Json, Router};
+use axum::{middleware, Json, Router};
 use serde_json::json;
 
 use crate::audit::Trail;
+use crate::config::{ApiConfig, TrustedProxy};
 use crate::telemetry;
+use auth::{TokenSetupError, Tokens};
+use error::ApiError;
 
 /// What every handler can reach.
 #[derive(Clone, Debug)]
@@ -24,15 +43,58 @@ pub struct AppState {
     pub trail: Trail,
     /// Whether the node has finished booting and takes changes.
     pub ready: Arc<AtomicBool>,
+    /// The admin API's tokens and settings.
+    pub admin: Arc<AdminState>,
+}
+
+/// The admin API's settings, fixed at start.
+#[derive(Debug, Clone)]
+pub struct AdminState {
+    /// The tokens it accepts.
+    pub tokens: Tokens,
+    /// Peers whose `X-Forwarded-For` it believes.
+    pub trusted_proxies: Vec<TrustedProxy>,
+    /// The largest request body it reads.
+    pub body_limit: usize,
+}
+
+impl AdminState {
+    /// The settings of `[api]`; with no token configured, the first-start admin token of
+    /// `data_dir` (made, and printed once on `out`, if there is none yet).
+    pub fn new(
+        api: &ApiConfig,
+        data_dir: &Path,
+        out: &mut dyn std::io::Write,
+    ) -> Result<AdminState, TokenSetupError> {
+        Ok(AdminState {
+            tokens: Tokens::load_or_create(&api.tokens, data_dir, out)?,
+            trusted_proxies: api.trusted_proxies.clone(),
+            body_limit: api.body_limit,
+        })
+    }
 }
 
 /// The whole HTTP router.
 pub fn router(state: AppState) -> Router {
+    let (admin, _) = routes::admin();
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .merge(admin)
+        .fallback(no_route)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(state.admin.body_limit))
+        .layer(middleware::from_fn(context::request_id))
         .with_state(state)
+}
+
+async fn no_route() -> ApiError {
+    ApiError::NoRoute
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::MethodNotAllowed
 }
 
 /// Liveness: the process serves HTTP.

@@ -1,0 +1,86 @@
+//! `/admin/v1/audit`: the trail, read-only, for callers with `audit:read`.
+//!
+//! Rows come back in seq order (commit order), so a reader that passes the last seq it saw
+//! as `after` never misses a row. A row holds hashes, never a secret or a spec; no route
+//! returns the audit key or hashes anything a caller sends.
+
+use axum::extract::State;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::auth::{AuditRead, Authorized};
+use super::error::ApiError;
+use super::extract::{ApiPath, ApiQuery};
+use super::subject::page_limit;
+use super::AppState;
+use crate::audit::{self, Filter};
+
+/// The longest filter value accepted.
+const MAX_FILTER_LEN: usize = 256;
+
+/// `?after=<seq>&limit=<n>&tenant=&action=&resource=<prefix>`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditQuery {
+    /// Rows with seq greater than this (default 0: from the start).
+    pub after: Option<u64>,
+    /// At most this many rows (1 to 1000, default 100).
+    pub limit: Option<usize>,
+    /// Only rows of this tenant.
+    pub tenant: Option<String>,
+    /// Only rows of this action (`source.update`).
+    pub action: Option<String>,
+    /// Only rows whose resource starts with this (`sources/`, `sources/s1`).
+    pub resource: Option<String>,
+}
+
+/// `GET /admin/v1/audit`: `{"rows": [...], "next": <seq or null>}`.
+pub async fn list(
+    _: Authorized<AuditRead>,
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<AuditQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let limit = page_limit(query.limit)?;
+    let filter = Filter {
+        publish: None,
+        tenant: checked("tenant", query.tenant)?,
+        action: checked("action", query.action)?,
+        resource_prefix: checked("resource", query.resource)?,
+    };
+    let mut rows = state
+        .trail
+        .page(query.after.unwrap_or(0), limit + 1, filter)
+        .await?;
+    let next = if rows.len() > limit {
+        rows.truncate(limit);
+        rows.last().map(|r| r.seq)
+    } else {
+        None
+    };
+    Ok(Json(json!({"rows": rows, "next": next})))
+}
+
+/// `GET /admin/v1/audit/{seq}`: one row.
+pub async fn get(
+    _: Authorized<AuditRead>,
+    State(state): State<AppState>,
+    ApiPath(seq): ApiPath<u64>,
+) -> Result<Json<Value>, ApiError> {
+    let store = state.trail.store().clone();
+    let row = tokio::task::spawn_blocking(move || audit::get(&store, seq)).await??;
+    let row = row.ok_or_else(|| ApiError::NotFound(format!("no row with seq {seq}")))?;
+    Ok(Json(json!(row)))
+}
+
+fn checked(field: &str, value: Option<String>) -> Result<Option<String>, ApiError> {
+    match value {
+        Some(v) if v.is_empty() || v.len() > MAX_FILTER_LEN || v.chars().any(char::is_control) => {
+            Err(ApiError::bad(
+                field,
+                format!("{field}: must be 1 to {MAX_FILTER_LEN} bytes without control characters"),
+            ))
+        }
+        v => Ok(v),
+    }
+}

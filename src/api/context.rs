@@ -1,0 +1,235 @@
+//! Who is asking, from where, under which request id: the `audit::Context` of a change.
+//!
+//! - The request id comes from `X-Request-Id` when it is 1 to 128 printable ASCII
+//!   characters, and is a fresh UUID otherwise; a present but invalid one is a 400. The
+//!   [`request_id`] middleware wraps the whole router, so every response, errors included,
+//!   echoes the id, and a row's `request_id` always equals the header its caller got back.
+//! - The remote IP is the TCP peer's, unless the peer is a configured trusted proxy: then
+//!   it is the right-most `X-Forwarded-For` address that is not itself a trusted proxy.
+//!   Anyone else's `X-Forwarded-For` is ignored, so a client cannot choose its own address.
+//! - The actor is the token's name (see `auth`).
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{ConnectInfo, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::auth::{AdminWrite, Authorized};
+use super::error::ApiError;
+use super::{events, AppState};
+use crate::audit::Context;
+use crate::config::TrustedProxy;
+
+/// The request id header, read and echoed.
+pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+/// The longest request id accepted.
+pub const MAX_REQUEST_ID_LEN: usize = 128;
+
+/// The request's id, set by [`request_id`] for everything after it.
+#[derive(Debug, Clone)]
+pub struct RequestId(pub Arc<str>);
+
+/// Middleware: settle the request id, run the request, echo the id, log the request.
+pub async fn request_id(mut request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let (id, refusal) = match presented_id(request.headers()) {
+        Ok(Some(id)) => (id, None),
+        Ok(None) => (uuid::Uuid::new_v4().to_string(), None),
+        Err(e) => (uuid::Uuid::new_v4().to_string(), Some(e)),
+    };
+    request
+        .extensions_mut()
+        .insert(RequestId(id.as_str().into()));
+    let mut response = match refusal {
+        Some(e) => e.into_response(),
+        None => next.run(request).await,
+    };
+    // The id is printable ASCII (checked, or a UUID): it is always a valid header value.
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert(X_REQUEST_ID.clone(), value);
+    }
+    events::request_served(&method, &path, response.status(), &id, started.elapsed());
+    response
+}
+
+/// The caller's `X-Request-Id`, if it sent one.
+fn presented_id(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let mut values = headers.get_all(&X_REQUEST_ID).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    let invalid = || {
+        ApiError::bad(
+            "X-Request-Id",
+            format!("must be one header of 1 to {MAX_REQUEST_ID_LEN} printable ASCII characters"),
+        )
+    };
+    if values.next().is_some() {
+        return Err(invalid());
+    }
+    let bytes = value.as_bytes();
+    if bytes.is_empty()
+        || bytes.len() > MAX_REQUEST_ID_LEN
+        || !bytes.iter().all(|b| (0x20..=0x7e).contains(b))
+    {
+        return Err(invalid());
+    }
+    Ok(Some(String::from_utf8_lossy(bytes).into_owned()))
+}
+
+/// Where a request came from: its client address and request id.
+#[derive(Debug, Clone)]
+pub struct Origin {
+    /// The client's address (see the module doc for proxies).
+    pub remote_ip: Option<IpAddr>,
+    /// The request id echoed to the client.
+    pub request_id: Arc<str>,
+}
+
+impl Origin {
+    /// The audit context of a change `actor` makes from here.
+    pub fn context(&self, actor: &str) -> Context {
+        Context::new(
+            actor,
+            self.remote_ip.map(|ip| ip.to_string()),
+            Some(self.request_id.to_string()),
+        )
+    }
+}
+
+impl FromRequestParts<AppState> for Origin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let request_id = parts
+            .extensions
+            .get::<RequestId>()
+            .map(|r| r.0.clone())
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string().into());
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(addr)| addr.ip());
+        let remote_ip = match peer {
+            Some(peer) => Some(client_ip(
+                peer,
+                &parts.headers,
+                &state.admin.trusted_proxies,
+            )?),
+            None => None,
+        };
+        Ok(Origin {
+            remote_ip,
+            request_id,
+        })
+    }
+}
+
+/// The client behind `peer`: `peer` itself unless it is a trusted proxy.
+pub fn client_ip(
+    peer: IpAddr,
+    headers: &HeaderMap,
+    trusted: &[TrustedProxy],
+) -> Result<IpAddr, ApiError> {
+    let is_trusted = |ip: IpAddr| trusted.iter().any(|t| t.contains(ip));
+    if !is_trusted(peer) {
+        return Ok(peer);
+    }
+    let bad = || {
+        ApiError::bad(
+            "X-Forwarded-For",
+            "must be a comma-separated list of IP addresses",
+        )
+    };
+    let mut hops = Vec::new();
+    for value in headers.get_all("x-forwarded-for") {
+        let value = value.to_str().map_err(|_| bad())?;
+        for hop in value.split(',') {
+            hops.push(hop.trim().parse::<IpAddr>().map_err(|_| bad())?);
+        }
+    }
+    // Right to left: each trusted proxy appended the address it saw; the first address no
+    // trusted proxy owns is the client. All trusted: the left-most is as far as we can see.
+    let client = hops
+        .iter()
+        .rev()
+        .find(|ip| !is_trusted(**ip))
+        .or(hops.first())
+        .copied();
+    Ok(client.unwrap_or(peer))
+}
+
+/// The context of a change: an `admin:write` caller and where it asked from.
+#[derive(Debug, Clone)]
+pub struct WriteContext(pub Context);
+
+impl FromRequestParts<AppState> for WriteContext {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let caller = Authorized::<AdminWrite>::from_request_parts(parts, state)
+            .await?
+            .0;
+        let origin = Origin::from_request_parts(parts, state).await?;
+        Ok(WriteContext(origin.context(&caller.name)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn xff(v: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert("x-forwarded-for", HeaderValue::from_str(v).unwrap());
+        h
+    }
+
+    #[test]
+    fn forwarded_for_is_believed_only_from_trusted_proxies() {
+        let trusted = [TrustedProxy::try_from("10.0.0.0/8".to_owned()).unwrap()];
+        let proxy: IpAddr = "10.1.1.1".parse().unwrap();
+        let stranger: IpAddr = "198.51.100.1".parse().unwrap();
+        let h = xff("203.0.113.9, 10.2.2.2");
+        assert_eq!(client_ip(stranger, &h, &trusted).unwrap(), stranger);
+        assert_eq!(
+            client_ip(proxy, &h, &trusted).unwrap().to_string(),
+            "203.0.113.9"
+        );
+        let spoofed = xff("1.2.3.4, 203.0.113.9");
+        assert_eq!(
+            client_ip(proxy, &spoofed, &trusted).unwrap().to_string(),
+            "203.0.113.9"
+        );
+        assert_eq!(
+            client_ip(proxy, &HeaderMap::new(), &trusted).unwrap(),
+            proxy
+        );
+        assert!(client_ip(proxy, &xff("nope"), &trusted).is_err());
+        assert!(client_ip(stranger, &xff("nope"), &trusted).is_ok());
+    }
+
+    #[test]
+    fn request_ids_are_checked() {
+        let mut h = HeaderMap::new();
+        assert_eq!(presented_id(&h).unwrap(), None);
+        h.insert(&X_REQUEST_ID, HeaderValue::from_static("abc-1"));
+        assert_eq!(presented_id(&h).unwrap().as_deref(), Some("abc-1"));
+        h.insert(
+            &X_REQUEST_ID,
+            HeaderValue::from_str(&"a".repeat(129)).unwrap(),
+        );
+        assert!(presented_id(&h).is_err());
+        h.insert(&X_REQUEST_ID, HeaderValue::from_bytes(b"a\xffb").unwrap());
+        assert!(presented_id(&h).is_err());
+        h.insert(&X_REQUEST_ID, HeaderValue::from_bytes(b"a\tb").unwrap());
+        assert!(presented_id(&h).is_err());
+    }
+}

@@ -1,0 +1,103 @@
+//! What every subject route shares: paged lists, reads by id, and the shape of a write's
+//! answer.
+//!
+//! Reads run in `spawn_blocking`: a RocksDB read never blocks a tokio worker. Writes answer
+//! with the subject's redacted view, `ETag: "<revision>"` and, when a row was written,
+//! `X-Audit-Seq: <seq>` (a change that changed nothing has no row and no such header).
+
+use axum::extract::State;
+use axum::http::{header, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::auth::{AdminRead, Authorized};
+use super::error::ApiError;
+use super::extract::{ApiPath, ApiQuery};
+use super::AppState;
+use crate::subjects::read::{self, MAX_PAGE};
+use crate::subjects::{Outcome, Subject};
+
+/// The header that gives the seq of the row a write committed.
+pub static X_AUDIT_SEQ: HeaderName = HeaderName::from_static("x-audit-seq");
+/// The page size when `limit` is not given.
+pub const DEFAULT_LIMIT: usize = 100;
+
+/// `?after=<id>&limit=<n>`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PageQuery {
+    /// Return subjects with ids after this one.
+    pub after: Option<String>,
+    /// At most this many (1 to 1000, default 100).
+    pub limit: Option<usize>,
+}
+
+/// Check a `limit` parameter: 1 to [`MAX_PAGE`], default [`DEFAULT_LIMIT`].
+pub fn page_limit(limit: Option<usize>) -> Result<usize, ApiError> {
+    match limit {
+        None => Ok(DEFAULT_LIMIT),
+        Some(n) if (1..=MAX_PAGE).contains(&n) => Ok(n),
+        Some(_) => Err(ApiError::bad(
+            "limit",
+            format!("limit: must be 1 to {MAX_PAGE}"),
+        )),
+    }
+}
+
+/// `GET .../tenants/{tenant}/<kind>`: one page of the tenant's subjects, in id order.
+pub async fn list<S: Subject>(
+    _: Authorized<AdminRead>,
+    State(state): State<AppState>,
+    ApiPath(tenant): ApiPath<String>,
+    ApiQuery(query): ApiQuery<PageQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let limit = page_limit(query.limit)?;
+    let store = state.trail.store().clone();
+    let page = tokio::task::spawn_blocking(move || {
+        read::list::<S>(&store, &tenant, query.after.as_deref(), limit)
+    })
+    .await??;
+    Ok(Json(json!({"items": page.items, "next": page.next})))
+}
+
+/// `GET .../tenants/{tenant}/<kind>/{id}`: one subject.
+pub async fn get<S: Subject>(
+    _: Authorized<AdminRead>,
+    State(state): State<AppState>,
+    ApiPath((tenant, id)): ApiPath<(String, String)>,
+) -> Result<Response, ApiError> {
+    let store = state.trail.store().clone();
+    let resource = S::KIND.resource(&id);
+    let found = tokio::task::spawn_blocking(move || read::get::<S>(&store, &tenant, &id)).await??;
+    let view = found.ok_or_else(|| ApiError::NotFound(format!("{resource} does not exist")))?;
+    let revision = view.as_value()["revision"].as_u64().unwrap_or(0);
+    let mut response = Json(view).into_response();
+    set_etag(&mut response, revision);
+    Ok(response)
+}
+
+/// The answer to a write: `status` with the subject's view (or 204 after a delete).
+pub fn written(status: StatusCode, outcome: Outcome) -> Response {
+    let mut response = match outcome.view {
+        Some(view) => {
+            let mut response = (status, Json(view)).into_response();
+            set_etag(&mut response, outcome.revision);
+            response
+        }
+        None => StatusCode::NO_CONTENT.into_response(),
+    };
+    if let Some(seq) = outcome.seq {
+        response
+            .headers_mut()
+            .insert(X_AUDIT_SEQ.clone(), HeaderValue::from(seq));
+    }
+    response
+}
+
+fn set_etag(response: &mut Response, revision: u64) {
+    if let Ok(v) = HeaderValue::from_str(&format!("\"{revision}\"")) {
+        response.headers_mut().insert(header::ETAG, v);
+    }
+}

@@ -1,0 +1,159 @@
+//! The common tail of every change to a subject: load it as the change sees it, stage its
+//! put or delete, and describe its row (action, resource, tenant, complete states, revision,
+//! detail and, for lifecycle kinds, the redacted entity).
+//!
+//! Every function here runs inside a `Trail::commit` closure, on the writer thread.
+
+use serde_json::{Map, Value};
+
+use super::key::{check_name, subject_key};
+use super::redact::{redact, Redacted};
+use super::{check_if_match, ChangeResult, IfMatch, Kind, Outcome, Subject, SubjectError};
+use crate::audit::{Change, CommitError, Context, Trail, Tx};
+use crate::store::StoreError;
+
+/// What one change does to one subject: `before` and `after` (either absent), under
+/// `<kind>.<verb>`, with the row's `detail`.
+pub(crate) struct Effect<S> {
+    pub verb: &'static str,
+    pub before: Option<S>,
+    pub after: Option<S>,
+    pub detail: Map<String, Value>,
+}
+
+/// The subject at `<tenant>/<id>` as this change sees it.
+pub(crate) fn load<S: Subject>(
+    tx: &Tx<'_>,
+    tenant: &str,
+    id: &str,
+) -> Result<Option<S>, CommitError<SubjectError>> {
+    Ok(tx.get_json(S::KIND.cf(), &subject_key(tenant, id))?)
+}
+
+/// The subject at `<tenant>/<id>`, or `NotFound`.
+pub(crate) fn require<S: Subject>(
+    tx: &Tx<'_>,
+    tenant: &str,
+    id: &str,
+) -> Result<S, CommitError<SubjectError>> {
+    load(tx, tenant, id)?.ok_or_else(|| {
+        CommitError::Refused(SubjectError::NotFound {
+            resource: S::KIND.resource(id),
+        })
+    })
+}
+
+/// Refuse a change that leaves `current` as it is, answering with its present view.
+pub(crate) fn unchanged<S: Subject>(current: &S) -> CommitError<SubjectError> {
+    match view(current) {
+        Ok(view) => CommitError::Refused(SubjectError::Unchanged(Box::new(Outcome {
+            seq: None,
+            revision: current.revision(),
+            view: Some(view),
+        }))),
+        Err(e) => e,
+    }
+}
+
+/// Delete subject `<tenant>/<id>` under `<kind>.<verb>`, if it exists and `if_match` holds.
+pub(crate) fn remove<S: Subject>(
+    tx: &mut Tx<'_>,
+    tenant: &str,
+    id: &str,
+    if_match: Option<IfMatch>,
+    verb: &'static str,
+) -> Result<(Change, Outcome), CommitError<SubjectError>> {
+    check_name("tenant", tenant)?;
+    check_name(S::KIND.id_field(), id)?;
+    let before: S = require(tx, tenant, id)?;
+    check_if_match(if_match, &S::KIND.resource(id), Some(before.revision()))?;
+    let effect = Effect {
+        verb,
+        before: Some(before),
+        after: None,
+        detail: Map::new(),
+    };
+    apply(tx, tenant, id, effect)
+}
+
+/// Stage `effect`'s ops in `tx` and describe its row.
+pub(crate) fn apply<S: Subject>(
+    tx: &mut Tx<'_>,
+    tenant: &str,
+    id: &str,
+    effect: Effect<S>,
+) -> Result<(Change, Outcome), CommitError<SubjectError>> {
+    let kind = S::KIND;
+    let key = subject_key(tenant, id);
+    let revision = match (&effect.after, &effect.before) {
+        (Some(after), _) => after.revision(),
+        (None, Some(before)) => before.revision() + 1,
+        (None, None) => 0,
+    };
+    match &effect.after {
+        Some(after) => tx.put_json(kind.cf(), key, after)?,
+        None => tx.delete(kind.cf(), key)?,
+    }
+    let after_view = effect.after.as_ref().map(view).transpose()?;
+    let mut change = Change::new(
+        format!("{}.{}", kind.name(), effect.verb),
+        kind.resource(id),
+    )
+    .tenant(tenant)
+    .states(
+        effect.before.as_ref().map(state).transpose()?,
+        effect.after.as_ref().map(state).transpose()?,
+    )
+    .revision(revision);
+    change.detail = effect.detail;
+    if S::LIFECYCLE {
+        // A delete's event carries the subject as it was, at the delete's revision.
+        let entity = match (&after_view, &effect.before) {
+            (Some(v), _) => Some(v.clone()),
+            (None, Some(before)) => Some(view(before)?.with_revision(revision)),
+            (None, None) => None,
+        };
+        if let Some(entity) = entity {
+            change = change.entity(entity.into_value());
+        }
+    }
+    let outcome = Outcome {
+        seq: None,
+        revision,
+        view: after_view,
+    };
+    Ok((change, outcome))
+}
+
+/// Commit `change` and fill in its row's seq; a no-op comes back as an [`Outcome`] without
+/// a seq.
+pub(crate) async fn commit_change<F>(trail: &Trail, ctx: Context, change: F) -> ChangeResult
+where
+    F: FnOnce(&mut Tx<'_>) -> Result<(Change, Outcome), CommitError<SubjectError>> + Send + 'static,
+{
+    match trail.commit(ctx, change).await {
+        Ok(committed) => Ok(Outcome {
+            seq: Some(committed.seq),
+            ..committed.value
+        }),
+        Err(CommitError::Refused(SubjectError::Unchanged(outcome))) => Ok(*outcome),
+        Err(e) => Err(e),
+    }
+}
+
+/// The complete subject, as hashed into its row.
+fn state<S: Subject>(subject: &S) -> Result<Value, CommitError<SubjectError>> {
+    serde_json::to_value(subject).map_err(|e| encode_error(S::KIND, e))
+}
+
+/// The redacted view of `subject`.
+fn view<S: Subject>(subject: &S) -> Result<Redacted, CommitError<SubjectError>> {
+    redact(subject).map_err(|e| encode_error(S::KIND, e))
+}
+
+fn encode_error(kind: Kind, e: serde_json::Error) -> CommitError<SubjectError> {
+    CommitError::from(StoreError::Corrupt {
+        what: format!("{} value", kind.name()),
+        detail: e.to_string(),
+    })
+}

@@ -1,0 +1,252 @@
+//! API-managed sources: `id`, `tenant`, `kind`, a write-only `secret` and a `config`
+//! object, in the `sources` column family.
+//!
+//! The secret is kept only as a salted [`Verifier`] (see [`super::secret`]) and reads as
+//! `"[redacted]"`. Sources are the one local kind with lifecycle events: each change's row
+//! carries the redacted source as its outbox entity. An update is a patch: the fields it
+//! names replace the stored ones (`config` as a whole), the others stay, so a secret never
+//! has to be sent again to change something else.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::key::check_name;
+use super::secret::{Secret, Verifier, MAX_SECRET_LEN};
+use super::{
+    apply, check_if_match, commit_change, load, remove, require, unchanged, ChangeResult, Effect,
+    IfMatch, Kind, Subject, SubjectError,
+};
+use crate::audit::{Context, Trail};
+
+/// The most top-level keys a source's `config` may have.
+pub const MAX_CONFIG_KEYS: usize = 256;
+
+/// A source as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Source {
+    /// Its id within the tenant.
+    pub id: String,
+    /// Its tenant.
+    pub tenant: String,
+    /// What kind of source it is (`webhook`, `kafka`, ...).
+    pub kind: String,
+    /// The verifier of its secret, if one is set. Secret: see [`super::redact`].
+    pub secret: Option<Verifier>,
+    /// Its settings.
+    pub config: Map<String, Value>,
+    /// Its change counter.
+    pub revision: u64,
+}
+
+impl Subject for Source {
+    const KIND: Kind = Kind::Source;
+    const LIFECYCLE: bool = true;
+
+    fn tenant(&self) -> &str {
+        &self.tenant
+    }
+
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn revision(&self) -> u64 {
+        self.revision
+    }
+}
+
+/// The body of a create.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewSource {
+    /// The new source's id.
+    pub id: String,
+    /// Its kind.
+    pub kind: String,
+    /// Its secret (write-only).
+    #[serde(default)]
+    pub secret: Option<Secret>,
+    /// Its settings (default: empty).
+    #[serde(default)]
+    pub config: Map<String, Value>,
+}
+
+/// The body of an update: the fields to replace.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourcePatch {
+    /// A new kind.
+    pub kind: Option<String>,
+    /// A new secret.
+    pub secret: Option<Secret>,
+    /// A new config (replaces the whole object).
+    pub config: Option<Map<String, Value>>,
+}
+
+/// Create source `input.id` of `tenant`; `Exists` if it is there.
+pub async fn create(trail: &Trail, ctx: Context, tenant: String, input: NewSource) -> ChangeResult {
+    commit_change(trail, ctx, move |tx| {
+        check_name("tenant", &tenant)?;
+        check_name("id", &input.id)?;
+        check_kind(&input.kind)?;
+        check_config(&input.config)?;
+        if let Some(secret) = &input.secret {
+            check_secret(secret)?;
+        }
+        if load::<Source>(tx, &tenant, &input.id)?.is_some() {
+            return Err(SubjectError::Exists {
+                resource: Kind::Source.resource(&input.id),
+            }
+            .into());
+        }
+        let mut detail = Map::new();
+        detail.insert("config_keys".into(), input.config.len().into());
+        let source = Source {
+            id: input.id.clone(),
+            tenant: tenant.clone(),
+            kind: input.kind,
+            secret: input.secret.as_ref().map(Verifier::new),
+            config: input.config,
+            revision: 1,
+        };
+        let effect = Effect {
+            verb: "create",
+            before: None,
+            after: Some(source),
+            detail,
+        };
+        apply(tx, &tenant, &input.id, effect)
+    })
+    .await
+}
+
+/// Apply `patch` to source `id` of `tenant`. A patch that changes nothing writes no row.
+pub async fn update(
+    trail: &Trail,
+    ctx: Context,
+    tenant: String,
+    id: String,
+    patch: SourcePatch,
+    if_match: Option<IfMatch>,
+) -> ChangeResult {
+    commit_change(trail, ctx, move |tx| {
+        check_name("tenant", &tenant)?;
+        check_name("id", &id)?;
+        check_patch(&patch)?;
+        let before: Source = require(tx, &tenant, &id)?;
+        check_if_match(if_match, &Kind::Source.resource(&id), Some(before.revision))?;
+        let mut after = before.clone();
+        let mut fields = 0u32;
+        if let Some(kind) = patch.kind.filter(|k| *k != before.kind) {
+            after.kind = kind;
+            fields += 1;
+        }
+        // The same secret again is no change: the verifier can tell, and keeping it keeps
+        // the subject's hash.
+        if let Some(secret) = patch.secret {
+            if !before.secret.as_ref().is_some_and(|v| v.matches(&secret)) {
+                after.secret = Some(Verifier::new(&secret));
+                fields += 1;
+            }
+        }
+        if let Some(config) = patch.config.filter(|c| *c != before.config) {
+            after.config = config;
+            fields += 1;
+        }
+        if fields == 0 {
+            return Err(unchanged(&before));
+        }
+        after.revision = before.revision + 1;
+        let mut detail = Map::new();
+        detail.insert("fields".into(), fields.into());
+        let effect = Effect {
+            verb: "update",
+            before: Some(before),
+            after: Some(after),
+            detail,
+        };
+        apply(tx, &tenant, &id, effect)
+    })
+    .await
+}
+
+/// Delete source `id` of `tenant`.
+pub async fn delete(
+    trail: &Trail,
+    ctx: Context,
+    tenant: String,
+    id: String,
+    if_match: Option<IfMatch>,
+) -> ChangeResult {
+    commit_change(trail, ctx, move |tx| {
+        remove::<Source>(tx, &tenant, &id, if_match, "delete")
+    })
+    .await
+}
+
+fn check_patch(patch: &SourcePatch) -> Result<(), SubjectError> {
+    if patch.kind.is_none() && patch.secret.is_none() && patch.config.is_none() {
+        return Err(SubjectError::invalid(
+            "body",
+            "names no field to change (kind, secret, config)",
+        ));
+    }
+    if let Some(kind) = &patch.kind {
+        check_kind(kind)?;
+    }
+    if let Some(secret) = &patch.secret {
+        check_secret(secret)?;
+    }
+    if let Some(config) = &patch.config {
+        check_config(config)?;
+    }
+    Ok(())
+}
+
+fn check_kind(kind: &str) -> Result<(), SubjectError> {
+    let ok = (1..=64).contains(&kind.len())
+        && kind
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(SubjectError::invalid(
+            "kind",
+            "must be 1 to 64 characters of a-z 0-9 . _ -",
+        ))
+    }
+}
+
+fn check_secret(secret: &Secret) -> Result<(), SubjectError> {
+    if secret.is_empty() || secret.len() > MAX_SECRET_LEN {
+        return Err(SubjectError::invalid(
+            "secret",
+            format!("must be 1 to {MAX_SECRET_LEN} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_config(config: &Map<String, Value>) -> Result<(), SubjectError> {
+    if config.len() > MAX_CONFIG_KEYS {
+        return Err(SubjectError::invalid(
+            "config",
+            format!("has more than {MAX_CONFIG_KEYS} keys"),
+        ));
+    }
+    if let Some(k) = config
+        .keys()
+        .find(|k| k.is_empty() || k.len() > 128 || k.chars().any(char::is_control))
+    {
+        return Err(SubjectError::invalid(
+            "config",
+            format!(
+                "key of {} bytes: keys must be 1 to 128 bytes without control characters",
+                k.len()
+            ),
+        ));
+    }
+    Ok(())
+}
