@@ -4,10 +4,11 @@
 //! Every struct denies unknown fields, so a misspelt key is an error at start, not a
 //! setting silently ignored. Errors name the key.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::time::Duration;
 
 use figment::providers::{Env, Format, Toml};
 use figment::Figment;
@@ -127,6 +128,52 @@ impl TryFrom<String> for TrustedProxy {
 pub struct LifecycleConfig {
     /// Flag route and source changes and write their entities to the outbox.
     pub enabled: bool,
+    /// The sinks the publisher delivers to, by name (each defined under `lifecycle.sink`).
+    /// A list, so that a config file replaces it rather than adding to the default's.
+    pub sinks: Vec<String>,
+    /// Sink definitions by name; only those listed in `sinks` run.
+    #[serde(default)]
+    pub sink: BTreeMap<String, ankusa_sinks::SinkConfig>,
+    /// Most events handed to a sink in one delivery attempt.
+    pub batch: usize,
+    /// How long a sink's loop waits for a commit before it looks at the outbox anyway.
+    #[serde(with = "humantime_serde")]
+    pub idle: Duration,
+}
+
+impl LifecycleConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if !(1..=10_000).contains(&self.batch) {
+            return invalid("lifecycle.batch", "must be between 1 and 10000");
+        }
+        if self.idle.is_zero() {
+            return invalid("lifecycle.idle", "must be more than zero");
+        }
+        let mut seen = HashSet::new();
+        for name in &self.sinks {
+            if name.is_empty()
+                || name.len() > 64
+                || !name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            {
+                return invalid(
+                    "lifecycle.sinks",
+                    &format!("`{name}`: a sink name is 1 to 64 characters of A-Z a-z 0-9 _ -"),
+                );
+            }
+            if !seen.insert(name) {
+                return invalid("lifecycle.sinks", &format!("`{name}` is listed twice"));
+            }
+            if !self.sink.contains_key(name) {
+                return invalid(
+                    "lifecycle.sinks",
+                    &format!("`{name}` has no definition under [lifecycle.sink.{name}]"),
+                );
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `[log]`
@@ -198,6 +245,7 @@ impl Config {
         if tracing_subscriber::EnvFilter::try_new(&self.log.level).is_err() {
             return invalid("log.level", "is not a valid level or filter directive");
         }
+        self.lifecycle.validate()?;
         self.api.validate()?;
         Ok(())
     }

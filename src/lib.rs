@@ -7,6 +7,7 @@ pub mod api;
 pub mod audit;
 pub mod cli;
 pub mod config;
+pub mod lifecycle;
 pub mod node;
 pub mod store;
 pub mod subjects;

@@ -7,10 +7,12 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, AdminState, AppState};
 use crate::audit::{SystemClock, Trail, TrailOptions};
 use crate::config::Config;
+use crate::lifecycle;
 use crate::store::Store;
 
 /// Run the node with `config` until `shutdown` resolves.
@@ -33,6 +35,7 @@ pub async fn serve(
     let data_dir = config.node.data_dir.clone();
     let options = TrailOptions {
         lifecycle: config.lifecycle.enabled,
+        sinks: lifecycle::configured_sinks(&config.lifecycle),
         ..TrailOptions::default()
     };
     let trail = tokio::task::spawn_blocking(move || -> anyhow::Result<Trail> {
@@ -50,6 +53,14 @@ pub async fn serve(
     })
     .await?
     .context("setting up the admin API's tokens")?;
+    let stop_publisher = CancellationToken::new();
+    let publisher = lifecycle::start(
+        &config.lifecycle,
+        &config.node.uri,
+        &trail,
+        stop_publisher.clone(),
+    )
+    .await?;
     let ready = Arc::new(AtomicBool::new(false));
     let state = AppState {
         trail: trail.clone(),
@@ -66,7 +77,11 @@ pub async fn serve(
     .with_graceful_shutdown(shutdown)
     .await;
     ready.store(false, Ordering::Release);
-    tracing::info!("stopped accepting; flushing the audit writer");
+    tracing::info!("stopped accepting; stopping the publisher and flushing the audit writer");
+    stop_publisher.cancel();
+    if let Some(publisher) = publisher {
+        publisher.join().await;
+    }
     trail.shutdown().await;
     tracing::info!("store closed");
     served.context("serving HTTP")

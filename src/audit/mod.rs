@@ -31,7 +31,7 @@ pub use usage::Usage;
 pub use writer::MAX_GROUP;
 
 use crate::store::{Store, StoreError};
-use writer::{Fate, Job, Request, Writer};
+use writer::{Advance, Fate, Job, Request, Writer};
 
 /// Why a change was not made.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -73,6 +73,8 @@ pub struct TrailOptions {
     pub lifecycle: bool,
     /// Requests that may wait for the writer before callers wait to enqueue.
     pub queue: usize,
+    /// The configured lifecycle sinks: `m:lifecycle_cursor` is the minimum of their positions.
+    pub sinks: Vec<String>,
 }
 
 impl Default for TrailOptions {
@@ -80,6 +82,7 @@ impl Default for TrailOptions {
         TrailOptions {
             lifecycle: true,
             queue: 8 * MAX_GROUP,
+            sinks: Vec::new(),
         }
     }
 }
@@ -108,7 +111,7 @@ impl Trail {
         options: TrailOptions,
         clock: Arc<dyn Clock>,
     ) -> Result<Trail, StoreError> {
-        let boot = writer::boot(&store)?;
+        let boot = writer::boot(&store, &options.sinks)?;
         let (requests, rx) = mpsc::channel(options.queue.max(1));
         let (committed_tx, committed) = watch::channel(boot.last_seq);
         let writer = Writer {
@@ -121,6 +124,7 @@ impl Trail {
             usage: boot.usage,
             lifecycle: options.lifecycle,
             committed: committed_tx,
+            positions: boot.positions,
         };
         let thread = std::thread::Builder::new()
             .name("audit-writer".into())
@@ -171,6 +175,28 @@ impl Trail {
         answer.await.unwrap_or(Err(CommitError::StoreUnavailable))
     }
 
+    /// Persist that lifecycle sink `sink` has confirmed (or dead-lettered) every flagged row
+    /// up to `to`, writing `dead_letters` (keys and values of the `dead_letters` column
+    /// family) in the same synced batch; `m:lifecycle_cursor` becomes the minimum position
+    /// of the configured sinks.
+    pub async fn advance(
+        &self,
+        sink: &str,
+        to: u64,
+        dead_letters: Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<(), StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let request = Request::Advance(Advance {
+            sink: sink.to_owned(),
+            to,
+            dead_letters,
+            reply,
+        });
+        let closed = || StoreError::Unavailable("the audit writer has stopped".into());
+        self.requests.send(request).await.map_err(|_| closed())?;
+        answer.await.map_err(|_| closed())?
+    }
+
     /// The store the trail lives in.
     pub fn store(&self) -> &Store {
         &self.store
@@ -197,7 +223,7 @@ impl Trail {
         let store = self.store.clone();
         tokio::task::spawn_blocking(move || page(&store, after, limit, &filter))
             .await
-            .unwrap_or_else(|e| Err(StoreError::Injected(format!("page task failed: {e}"))))
+            .unwrap_or_else(|e| Err(StoreError::Unavailable(format!("page task failed: {e}"))))
     }
 
     /// Finish every queued change, flush the store and stop the writer. Changes sent after

@@ -9,6 +9,7 @@
 //! many changes; each change is still all-or-nothing. It is a dedicated OS thread, not a
 //! tokio task, because every step of it blocks on RocksDB.
 
+use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Instant;
@@ -62,8 +63,23 @@ pub(crate) enum Request {
         /// The change.
         job: Box<dyn Job>,
     },
+    /// Move a lifecycle sink's position (and with it `m:lifecycle_cursor`), writing the
+    /// dead letters of the events it passed over in the same batch.
+    Advance(Advance),
     /// Finish what is queued, flush, and stop; the sender is answered when done.
     Shutdown(oneshot::Sender<()>),
+}
+
+/// A sink's new position, with what it dead-lettered on the way.
+pub(crate) struct Advance {
+    /// The sink's name.
+    pub sink: String,
+    /// The highest seq the sink has confirmed (or handled for good), contiguously.
+    pub to: u64,
+    /// Dead letters to write (key, value) in the `dead_letters` column family.
+    pub dead_letters: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Answered once the batch is written.
+    pub reply: oneshot::Sender<Result<(), StoreError>>,
 }
 
 /// What the writer found (or made) when it booted.
@@ -73,12 +89,13 @@ pub(crate) struct Boot {
     pub last_at: u64,
     pub usage: Usage,
     pub history: History,
+    pub positions: BTreeMap<String, u64>,
 }
 
 /// Read the store's meta, making what a new store lacks (`m:audit_key`, the first
 /// incarnation) and recounting `m:audit_usage` when it does not match the trail, in one
 /// synced batch.
-pub(crate) fn boot(store: &Store) -> Result<Boot, StoreError> {
+pub(crate) fn boot(store: &Store, sinks: &[String]) -> Result<Boot, StoreError> {
     let mut batch = WriteBatch::default();
     let audit = store.cf(Cf::Audit);
     let key = match store.meta(meta::AUDIT_KEY)? {
@@ -126,6 +143,10 @@ pub(crate) fn boot(store: &Store) -> Result<Boot, StoreError> {
             u
         }
     };
+    let mut positions = BTreeMap::new();
+    for sink in sinks {
+        positions.insert(sink.clone(), store.meta_u64(&meta::sink_cursor(sink))?);
+    }
     if !batch.is_empty() {
         // Synced: the audit key must never change once a hash was made with it.
         store.write(batch, true)?;
@@ -136,6 +157,7 @@ pub(crate) fn boot(store: &Store) -> Result<Boot, StoreError> {
         last_at,
         usage,
         history,
+        positions,
     })
 }
 
@@ -154,18 +176,26 @@ pub(crate) struct Writer {
     pub lifecycle: bool,
     /// Tells readers (the publisher) the last committed seq: a hint, not the truth.
     pub committed: watch::Sender<u64>,
+    /// The position of every configured lifecycle sink; `m:lifecycle_cursor` is their minimum.
+    pub positions: BTreeMap<String, u64>,
 }
 
-/// A request accepted into the group being built, or refused.
-struct Taken {
-    job: Box<dyn Job>,
-    row: Option<Row>,
+/// A request taken into the group being built.
+enum Taken {
+    /// A change: its row when accepted, `None` when refused.
+    Change { job: Box<dyn Job>, row: Option<Row> },
+    /// A sink position move.
+    Advance {
+        sink: String,
+        to: u64,
+        reply: oneshot::Sender<Result<(), StoreError>>,
+    },
 }
 
 impl Writer {
     /// Serve requests until a shutdown request or until every sender is gone.
     pub(crate) fn run(mut self) {
-        let mut group: Vec<(Context, Box<dyn Job>)> = Vec::with_capacity(MAX_GROUP);
+        let mut group: Vec<Request> = Vec::with_capacity(MAX_GROUP);
         let mut stop: Option<oneshot::Sender<()>> = None;
         while stop.is_none() {
             let Some(first) = self.rx.blocking_recv() else {
@@ -174,12 +204,12 @@ impl Writer {
             let mut next = Some(first);
             while let Some(req) = next.take() {
                 match req {
-                    Request::Commit { ctx, job } => group.push((ctx, job)),
                     Request::Shutdown(done) => {
                         // Refuse new requests, but finish every one already queued.
                         self.rx.close();
                         stop = Some(done);
                     }
+                    req => group.push(req),
                 }
                 if group.len() < MAX_GROUP {
                     next = self.rx.try_recv().ok();
@@ -195,7 +225,7 @@ impl Writer {
         }
     }
 
-    fn commit_group(&mut self, group: Vec<(Context, Box<dyn Job>)>) {
+    fn commit_group(&mut self, group: Vec<Request>) {
         if group.is_empty() {
             return;
         }
@@ -205,75 +235,118 @@ impl Writer {
         let mut overlay = Overlay::new();
         let mut usage = self.usage;
         let mut seq = self.last_seq;
+        let mut positions = self.positions.clone();
         let mut taken = Vec::with_capacity(group.len());
-        for (ctx, mut job) in group {
-            let mut tx = Tx::new(&self.store, &overlay);
-            let prepared = catch_unwind(AssertUnwindSafe(|| job.prepare(&mut tx)));
-            let ops = tx.into_ops();
-            let change = match prepared {
-                Ok(Some(change)) => change,
-                Ok(None) => {
-                    taken.push(Taken { job, row: None });
-                    continue;
+        for request in group {
+            match request {
+                Request::Commit { ctx, mut job } => {
+                    let row = self.take_change(
+                        &mut batch,
+                        &mut overlay,
+                        &mut usage,
+                        &mut seq,
+                        at,
+                        &ctx,
+                        &mut *job,
+                    );
+                    taken.push(Taken::Change { job, row });
                 }
-                Err(_) => {
-                    // A change's own code panicked: nothing of it is written, the caller
-                    // hears StoreUnavailable, and the writer goes on.
-                    tracing::error!("a change panicked while being validated; not written");
-                    taken.push(Taken { job, row: None });
-                    continue;
+                Request::Advance(advance) => {
+                    for (key, value) in &advance.dead_letters {
+                        batch.put_cf(self.store.cf(Cf::DeadLetters), key, value);
+                    }
+                    batch.put_cf(
+                        self.store.cf(Cf::Audit),
+                        keys::meta_key(&meta::sink_cursor(&advance.sink)),
+                        advance.to.to_be_bytes(),
+                    );
+                    positions.insert(advance.sink.clone(), advance.to);
+                    taken.push(Taken::Advance {
+                        sink: advance.sink,
+                        to: advance.to,
+                        reply: advance.reply,
+                    });
                 }
-            };
-            seq += 1;
-            for (cf, key, value) in ops {
-                match &value {
-                    Some(v) => batch.put_cf(self.store.cf(cf), &key, v),
-                    None => batch.delete_cf(self.store.cf(cf), &key),
-                }
-                overlay.insert((cf, key), value);
+                Request::Shutdown(_) => unreachable!("run() never puts a shutdown in a group"),
             }
-            let row = self.append_row(&mut batch, &mut usage, seq, at, &ctx, change);
-            taken.push(Taken {
-                job,
-                row: Some(row),
-            });
         }
-        if seq == self.last_seq {
+        let rows = seq - self.last_seq;
+        if batch.is_empty() {
             // Every change in the group was refused: nothing to write.
-            for t in taken {
-                t.job.complete(Fate::Unwritten);
-            }
+            complete(taken, Ok(at));
             return;
         }
         let audit = self.store.cf(Cf::Audit);
-        usage.seq = seq;
-        batch.put_cf(audit, keys::meta_key(meta::AUDIT_SEQ), seq.to_be_bytes());
-        batch.put_cf(audit, keys::meta_key(meta::AUDIT_USAGE), usage.encode());
-        let rows = seq - self.last_seq;
+        if rows > 0 {
+            usage.seq = seq;
+            batch.put_cf(audit, keys::meta_key(meta::AUDIT_SEQ), seq.to_be_bytes());
+            batch.put_cf(audit, keys::meta_key(meta::AUDIT_USAGE), usage.encode());
+        }
+        let advanced = taken.iter().any(|t| matches!(t, Taken::Advance { .. }));
+        if let (true, Some(cursor)) = (advanced, positions.values().min()) {
+            // m:lifecycle_cursor: the last seq every configured sink has confirmed.
+            batch.put_cf(
+                audit,
+                keys::meta_key(meta::LIFECYCLE_CURSOR),
+                cursor.to_be_bytes(),
+            );
+        }
         match self.write(batch) {
             Ok(()) => {
                 self.last_seq = seq;
                 self.last_at = at;
                 self.usage = usage;
+                self.positions = positions;
                 telemetry::group_committed(rows, started.elapsed());
-                for t in taken {
-                    match t.row {
-                        Some(row) => {
-                            telemetry::row_committed(&row);
-                            t.job.complete(Fate::Committed { seq: row.seq, at });
-                        }
-                        None => t.job.complete(Fate::Unwritten),
-                    }
+                // The watch moves before any caller hears "committed": whoever was told its
+                // seq also sees the watch at or past it.
+                if rows > 0 {
+                    self.committed.send_replace(seq);
                 }
-                self.committed.send_replace(seq);
+                complete(taken, Ok(at));
             }
             Err(e) => {
                 telemetry::write_failed(&e, rows);
-                for t in taken {
-                    t.job.complete(Fate::Unwritten);
-                }
+                complete(taken, Err(e));
             }
         }
+    }
+
+    /// Validate one change against the group so far; when accepted, give it the next seq and
+    /// put its ops, row and outbox entity into `batch`.
+    #[allow(clippy::too_many_arguments)]
+    fn take_change(
+        &self,
+        batch: &mut WriteBatch,
+        overlay: &mut Overlay,
+        usage: &mut Usage,
+        seq: &mut u64,
+        at: u64,
+        ctx: &Context,
+        job: &mut dyn Job,
+    ) -> Option<Row> {
+        let mut tx = Tx::new(&self.store, overlay);
+        let prepared = catch_unwind(AssertUnwindSafe(|| job.prepare(&mut tx)));
+        let ops = tx.into_ops();
+        let change = match prepared {
+            Ok(Some(change)) => change,
+            Ok(None) => return None,
+            Err(_) => {
+                // A change's own code panicked: nothing of it is written, the caller hears
+                // StoreUnavailable, and the writer goes on.
+                tracing::error!("a change panicked while being validated; not written");
+                return None;
+            }
+        };
+        *seq += 1;
+        for (cf, key, value) in ops {
+            match &value {
+                Some(v) => batch.put_cf(self.store.cf(cf), &key, v),
+                None => batch.delete_cf(self.store.cf(cf), &key),
+            }
+            overlay.insert((cf, key), value);
+        }
+        Some(self.append_row(batch, usage, *seq, at, ctx, change))
     }
 
     /// Put the row of `change` (and its outbox entity) into `batch`.
@@ -327,5 +400,33 @@ impl Writer {
         // sync = true: the WAL is fsynced before any caller hears "committed", so an
         // acknowledged change survives kill -9 and power loss.
         self.store.write(batch, true)
+    }
+}
+
+/// Answer every request of a group: `written` is the batch's fate.
+fn complete(taken: Vec<Taken>, written: Result<u64, StoreError>) {
+    for t in taken {
+        match t {
+            Taken::Change { job, row } => match (&written, row) {
+                (Ok(at), Some(row)) => {
+                    telemetry::row_committed(&row);
+                    job.complete(Fate::Committed {
+                        seq: row.seq,
+                        at: *at,
+                    });
+                }
+                _ => job.complete(Fate::Unwritten),
+            },
+            Taken::Advance { sink, to, reply } => {
+                let result = match &written {
+                    Ok(_) => {
+                        tracing::debug!(sink = %sink, to, "lifecycle sink position persisted");
+                        Ok(())
+                    }
+                    Err(e) => Err(StoreError::Unavailable(format!("batch not written: {e}"))),
+                };
+                let _ = reply.send(result);
+            }
+        }
     }
 }

@@ -36,10 +36,17 @@ pub mod meta {
     pub const LIFECYCLE_CURSOR: &str = "lifecycle_cursor";
     /// The history of incarnations: JSON `[{"from": seq, "id": uuid}, ...]`.
     pub const INCARNATION: &str = "incarnation";
+    /// The prefix of one sink's position: `m:lifecycle_cursor:<sink>`.
+    pub const SINK_CURSOR_PREFIX: &str = "lifecycle_cursor:";
     /// Left by a restore: the next boot must open a new incarnation.
     pub const INCARNATION_PENDING: &str = "incarnation_pending";
     /// Rows and bytes of the trail, and the seq they are valid for (JSON).
     pub const AUDIT_USAGE: &str = "audit_usage";
+
+    /// The meta name of sink `sink`'s position (the last seq it confirmed).
+    pub fn sink_cursor(sink: &str) -> String {
+        format!("{SINK_CURSOR_PREFIX}{sink}")
+    }
 }
 
 /// The key of trail row `seq`, committed at `at` (unix milliseconds).
@@ -74,6 +81,28 @@ pub fn pending_key(seq: u64) -> [u8; SEQ_KEY_LEN] {
 /// The key of the lifecycle entity of row `seq`.
 pub fn outbox_key(seq: u64) -> [u8; SEQ_KEY_LEN] {
     seq_key(OUTBOX, seq)
+}
+
+/// The key of sink `sink`'s dead letter for row `seq`, in the `dead_letters` column family:
+/// the sink's name, a NUL, then the seq, so one sink's letters sort together in seq order.
+pub fn dead_letter_key(sink: &str, seq: u64) -> Vec<u8> {
+    let mut k = dead_letter_prefix(sink);
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+/// The prefix of every dead letter of sink `sink`.
+pub fn dead_letter_prefix(sink: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(sink.len() + 9);
+    k.extend_from_slice(sink.as_bytes());
+    k.push(0);
+    k
+}
+
+/// Decode a dead-letter key of sink `sink` into its seq.
+pub fn decode_dead_letter_key(sink: &str, key: &[u8]) -> Option<u64> {
+    let rest = key.strip_prefix(dead_letter_prefix(sink).as_slice())?;
+    Some(u64::from_be_bytes(rest.try_into().ok()?))
 }
 
 /// Decode a pending or outbox key of the given prefix into its seq.
@@ -120,6 +149,13 @@ mod tests {
         #[test]
         fn row_key_order_is_seq_then_at_order(a: (u64, u64), b: (u64, u64)) {
             prop_assert_eq!(row_key(a.0, a.1) < row_key(b.0, b.1), a < b);
+        }
+
+        #[test]
+        fn dead_letter_keys_round_trip_and_sort_by_seq(a: u64, b: u64) {
+            prop_assert_eq!(decode_dead_letter_key("k", &dead_letter_key("k", a)), Some(a));
+            prop_assert_eq!(decode_dead_letter_key("kafka", &dead_letter_key("k", a)), None);
+            prop_assert_eq!(dead_letter_key("k", a) < dead_letter_key("k", b), a < b);
         }
 
         #[test]

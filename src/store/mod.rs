@@ -69,6 +69,9 @@ pub enum StoreError {
         /// What was wrong with it.
         detail: String,
     },
+    /// The store (or the writer in front of it) is not taking requests: stopped or failed.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
     /// An injected failure (failpoints, tests only).
     #[error("injected failure: {0}")]
     Injected(String),

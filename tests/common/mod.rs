@@ -24,6 +24,21 @@ pub fn open_trail(dir: &Path, lifecycle: bool) -> Trail {
     .expect("start trail")
 }
 
+/// A trail on a fresh store in `dir`, with lifecycle sinks `sinks` configured.
+pub fn open_trail_with_sinks(dir: &Path, sinks: &[&str]) -> Trail {
+    let store = Store::open(dir).expect("open store");
+    Trail::start(
+        store,
+        TrailOptions {
+            lifecycle: true,
+            sinks: sinks.iter().map(|s| s.to_string()).collect(),
+            ..TrailOptions::default()
+        },
+        Arc::new(SystemClock),
+    )
+    .expect("start trail")
+}
+
 /// An operator context.
 pub fn ctx(actor: &str) -> Context {
     Context::new(

@@ -1,0 +1,137 @@
+//! Appending events to the file, off the async runtime.
+//!
+//! Writes and `sync_data` are blocking syscalls that can take milliseconds (or far longer on
+//! a sick disk), so they run on tokio's blocking pool, never on a worker. One
+//! `std::sync::Mutex` guards the open file: it is only held inside the blocking closure, never
+//! across an `.await`, and it keeps two overlapping `send` calls from interleaving their lines.
+//! A failed write is cut back to where it started, so a retry never leaves half a line behind.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use async_trait::async_trait;
+
+use super::config::FileConfig;
+use crate::{encoding, telemetry, Delivery, Outcome, Sink, SinkError};
+
+/// A sink that appends structured CloudEvents as JSON lines to a file.
+#[derive(Debug, Clone)]
+pub struct FileSink {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    path: PathBuf,
+    /// The open file, `None` until the first write or after a failed one (then reopened).
+    /// A std mutex: held only on the blocking pool, never across an await.
+    file: Mutex<Option<File>>,
+}
+
+impl FileSink {
+    /// Validates `config` and builds the sink. The file is opened on first use.
+    pub fn new(config: FileConfig) -> Result<Self, SinkError> {
+        config.validate()?;
+        Ok(FileSink {
+            inner: Arc::new(Inner {
+                path: config.path,
+                file: Mutex::new(None),
+            }),
+        })
+    }
+
+    /// The file this sink appends to.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+}
+
+#[async_trait]
+impl Sink for FileSink {
+    fn kind(&self) -> &'static str {
+        "file"
+    }
+
+    async fn send(&self, events: &[Delivery]) -> Vec<Outcome> {
+        let mut outcomes = vec![Outcome::Delivered; events.len()];
+        let mut lines = Vec::with_capacity(events.len() * 512);
+        for (outcome, delivery) in outcomes.iter_mut().zip(events) {
+            match encoding::structured(&delivery.event) {
+                Ok(line) => {
+                    lines.extend_from_slice(&line);
+                    lines.push(b'\n');
+                }
+                Err(_) => {
+                    telemetry::encode_failed("file", delivery.seq);
+                    *outcome = Outcome::Rejected {
+                        reason: "encode".into(),
+                    };
+                }
+            }
+        }
+        if lines.is_empty() {
+            return outcomes;
+        }
+        let inner = Arc::clone(&self.inner);
+        let reason = match tokio::task::spawn_blocking(move || inner.append(&lines)).await {
+            Ok(Ok(())) => return outcomes,
+            Ok(Err(e)) => format!("io_{:?}", e.kind()),
+            Err(_) => "io_task_failed".to_string(),
+        };
+        telemetry::attempt_failed("file", &reason, events.len());
+        for outcome in outcomes.iter_mut() {
+            if *outcome == Outcome::Delivered {
+                *outcome = Outcome::Retry {
+                    after: None,
+                    reason: reason.clone(),
+                };
+            }
+        }
+        outcomes
+    }
+
+    async fn healthcheck(&self) -> Result<(), SinkError> {
+        let path = self.inner.path.clone();
+        tokio::task::spawn_blocking(move || open(&path).map(drop))
+            .await
+            .map_err(|e| SinkError::Unhealthy(format!("healthcheck task failed: {e}")))?
+            .map_err(SinkError::Io)
+    }
+}
+
+impl Inner {
+    /// Appends `bytes` and syncs them; on error the file is reopened next time.
+    fn append(&self, bytes: &[u8]) -> io::Result<()> {
+        let mut guard = self.file.lock().unwrap_or_else(PoisonError::into_inner);
+        let file = match &mut *guard {
+            Some(file) => file,
+            empty => empty.insert(open(&self.path)?),
+        };
+        let result = write_synced(file, bytes);
+        if result.is_err() {
+            *guard = None;
+        }
+        result
+    }
+}
+
+/// Opens `path` for appending, creating it (and its directories) if missing.
+fn open(path: &Path) -> io::Result<File> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    OpenOptions::new().append(true).create(true).open(path)
+}
+
+/// Writes `bytes` at the end of `file` and waits until they are on disk. On failure the file
+/// is cut back to its previous length (best effort) so no partial line stays behind.
+fn write_synced(file: &mut File, bytes: &[u8]) -> io::Result<()> {
+    let before = file.metadata()?.len();
+    let result = file.write_all(bytes).and_then(|()| file.sync_data());
+    if result.is_err() {
+        let _ = file.set_len(before);
+    }
+    result
+}

@@ -1,0 +1,15 @@
+//! The Kafka sink: an idempotent producer writing CloudEvents in the Kafka binding's binary
+//! mode (`ce_` headers, `data` as the value), keyed by the event's `partitionkey`.
+//!
+//! Idempotence with `acks=all` makes librdkafka's own retries safe (no duplicates, order kept
+//! within a partition), so a record's delivery report is the confirmation the publisher waits
+//! for. One `send` enqueues the whole slice before awaiting any report, so throughput does not
+//! depend on the broker round trip.
+
+mod config;
+mod sink;
+#[cfg(test)]
+mod tests;
+
+pub use config::KafkaConfig;
+pub use sink::KafkaSink;

@@ -1,0 +1,276 @@
+//! Producing events and reading their delivery reports.
+//!
+//! The producer sits behind a `std::sync::RwLock<Arc<_>>`: `send` clones the `Arc` and lets go
+//! of the lock at once (it is never held across an await), so a fatal producer error (an
+//! idempotent producer that lost its sequence state cannot continue) can swap in a fresh
+//! producer while other calls still finish on the old one. Records of a partition key whose
+//! earlier record could not even be enqueued are held back, so a key's order is never broken by
+//! this sink; the publisher resends them.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use cloudevents::binding::rdkafka::{FutureRecordExt, MessageRecord};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use rdkafka::ClientConfig;
+
+use super::config::KafkaConfig;
+use crate::{partition_key, telemetry, Delivery, Outcome, Sink, SinkError};
+
+/// How long `send` waits for room when librdkafka's local queue is full before it gives up
+/// on the rest of the slice (as `Retry`).
+const QUEUE_FULL_PAUSE: Duration = Duration::from_millis(5);
+
+/// A sink that produces events to one Kafka topic.
+///
+/// Dropping it drops the producer, which purges and flushes for up to 500 ms and joins
+/// librdkafka's threads: drop it at shutdown or on the blocking pool, not in a hot path.
+pub struct KafkaSink {
+    /// The live producer; replaced after a fatal error. See the module doc for the lock.
+    producer: RwLock<Arc<FutureProducer>>,
+    /// The validated client config, kept to recreate the producer.
+    client_config: ClientConfig,
+    topic: String,
+    message_timeout: Duration,
+    healthcheck_timeout: Duration,
+    /// How many times a fatal error replaced the producer (for metrics and tests).
+    recreations: AtomicU64,
+}
+
+impl std::fmt::Debug for KafkaSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaSink")
+            .field("topic", &self.topic)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KafkaSink {
+    /// Validates `config` and creates the producer (it connects lazily, in the background).
+    pub fn new(config: KafkaConfig) -> Result<Self, SinkError> {
+        let client_config = config.client_config()?;
+        let producer = create(&client_config)?;
+        Ok(KafkaSink {
+            producer: RwLock::new(Arc::new(producer)),
+            client_config,
+            topic: config.topic,
+            message_timeout: config.message_timeout,
+            healthcheck_timeout: config.healthcheck_timeout,
+            recreations: AtomicU64::new(0),
+        })
+    }
+
+    /// How many times a fatal producer error made the sink replace its producer.
+    pub fn producer_recreations(&self) -> u64 {
+        self.recreations.load(Ordering::Relaxed)
+    }
+
+    fn producer(&self) -> Arc<FutureProducer> {
+        Arc::clone(&self.producer.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Replaces `broken` with a new producer if it is in a fatal state and still the live
+    /// one; returns whether it was fatal.
+    fn recreate_if_fatal(&self, broken: &Arc<FutureProducer>) -> bool {
+        let Some((code, _)) = broken.client().fatal_error() else {
+            return false;
+        };
+        let mut live = self
+            .producer
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        if Arc::ptr_eq(&live, broken) {
+            match create(&self.client_config) {
+                Ok(fresh) => {
+                    retire(std::mem::replace(&mut *live, Arc::new(fresh)));
+                    self.recreations.fetch_add(1, Ordering::Relaxed);
+                    telemetry::producer_recreated(&format!("{code:?}"));
+                }
+                // Keep the broken one; the next `send` tries again.
+                Err(_) => telemetry::attempt_failed("kafka", "producer_create", 0),
+            }
+        }
+        true
+    }
+
+    /// Enqueues one record, waiting for room while the local queue is full, at most until
+    /// `deadline`.
+    async fn enqueue(
+        &self,
+        producer: &FutureProducer,
+        record: &MessageRecord,
+        key: Option<&str>,
+        deadline: Instant,
+    ) -> Result<DeliveryFuture, KafkaError> {
+        let mut future_record = FutureRecord::to(&self.topic).message_record(record);
+        if let Some(key) = key {
+            future_record = future_record.key(key);
+        }
+        loop {
+            match producer.send_result(future_record) {
+                Ok(delivery) => return Ok(delivery),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back))
+                    if Instant::now() < deadline =>
+                {
+                    future_record = back;
+                    tokio::time::sleep(QUEUE_FULL_PAUSE).await;
+                }
+                Err((error, _)) => return Err(error),
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Sink for KafkaSink {
+    fn kind(&self) -> &'static str {
+        "kafka"
+    }
+
+    async fn send(&self, events: &[Delivery]) -> Vec<Outcome> {
+        let mut producer = self.producer();
+        if self.recreate_if_fatal(&producer) {
+            retire(std::mem::replace(&mut producer, self.producer()));
+        }
+        let deadline = Instant::now() + self.message_timeout;
+        let mut outcomes = vec![None; events.len()];
+        let mut pending = Vec::with_capacity(events.len());
+        let mut held_keys: HashSet<Option<String>> = HashSet::new();
+        for (index, delivery) in events.iter().enumerate() {
+            let key = partition_key(&delivery.event);
+            if held_keys.contains(&key) {
+                outcomes[index] = Some(retry("earlier_event_of_key_failed"));
+                continue;
+            }
+            let Ok(record) = MessageRecord::from_event(delivery.event.clone()) else {
+                telemetry::encode_failed("kafka", delivery.seq);
+                outcomes[index] = Some(Outcome::Rejected {
+                    reason: "encode".into(),
+                });
+                continue;
+            };
+            match self
+                .enqueue(&producer, &record, key.as_deref(), deadline)
+                .await
+            {
+                Ok(delivery) => pending.push((index, delivery)),
+                Err(error) => {
+                    let outcome = classify(&error);
+                    if matches!(outcome, Outcome::Retry { .. }) {
+                        held_keys.insert(key);
+                    }
+                    outcomes[index] = Some(outcome);
+                }
+            }
+        }
+        let reports = futures::future::join_all(pending.into_iter().map(|(i, f)| async move {
+            let outcome = match f.await {
+                Ok(Ok(_)) => Outcome::Delivered,
+                Ok(Err((error, _))) => classify(&error),
+                Err(_canceled) => retry("delivery_canceled"),
+            };
+            (i, outcome)
+        }))
+        .await;
+        for (index, outcome) in reports {
+            outcomes[index] = Some(outcome);
+        }
+        let fatal = self.recreate_if_fatal(&producer);
+        let outcomes: Vec<Outcome> = outcomes
+            .into_iter()
+            .map(|o| match o {
+                Some(Outcome::Delivered) => Outcome::Delivered,
+                Some(_) if fatal => retry("producer_fatal"),
+                Some(outcome) => outcome,
+                None => retry("not_sent"),
+            })
+            .collect();
+        report_failures(&outcomes);
+        if fatal {
+            retire(producer);
+        }
+        outcomes
+    }
+
+    /// Fetches the topic's metadata (on the blocking pool: librdkafka blocks the caller).
+    async fn healthcheck(&self) -> Result<(), SinkError> {
+        let producer = self.producer();
+        let topic = self.topic.clone();
+        let timeout = self.healthcheck_timeout;
+        tokio::task::spawn_blocking(move || check_topic(&producer, &topic, timeout))
+            .await
+            .map_err(|e| SinkError::Unhealthy(format!("healthcheck task failed: {e}")))?
+    }
+}
+
+fn create(config: &ClientConfig) -> Result<FutureProducer, SinkError> {
+    config
+        .create()
+        .map_err(|e| SinkError::Config(format!("kafka producer: {e}")))
+}
+
+/// Drops a replaced producer on the blocking pool: the last drop purges, flushes (up to
+/// 500 ms) and joins librdkafka's threads, which must not stall a tokio worker.
+fn retire(producer: Arc<FutureProducer>) {
+    drop(tokio::task::spawn_blocking(move || drop(producer)));
+}
+
+fn check_topic(producer: &FutureProducer, topic: &str, timeout: Duration) -> Result<(), SinkError> {
+    let metadata = producer
+        .client()
+        .fetch_metadata(Some(topic), timeout)
+        .map_err(|e| SinkError::Unhealthy(format!("kafka metadata: {e}")))?;
+    let found = metadata.topics().iter().find(|t| t.name() == topic);
+    let Some(found) = found else {
+        return Err(SinkError::Unhealthy(format!("topic {topic} missing")));
+    };
+    if let Some(error) = found.error() {
+        let code = RDKafkaErrorCode::from(error);
+        return Err(SinkError::Unhealthy(format!("topic {topic}: {code}")));
+    }
+    if found.partitions().is_empty() {
+        return Err(SinkError::Unhealthy(format!(
+            "topic {topic} has no partitions"
+        )));
+    }
+    Ok(())
+}
+
+fn retry(reason: &str) -> Outcome {
+    Outcome::Retry {
+        after: None,
+        reason: reason.into(),
+    }
+}
+
+/// A record that can never be produced as is (too large, malformed) is `Rejected`; every
+/// other error (timeouts, unreachable or unavailable brokers, leader changes) is `Retry`.
+pub(crate) fn classify(error: &KafkaError) -> Outcome {
+    let Some(code) = error.rdkafka_error_code() else {
+        return retry("kafka_error");
+    };
+    let reason = format!("kafka_{code:?}");
+    match code {
+        RDKafkaErrorCode::MessageSizeTooLarge
+        | RDKafkaErrorCode::InvalidMessageSize
+        | RDKafkaErrorCode::InvalidMessage
+        | RDKafkaErrorCode::InvalidRecord
+        | RDKafkaErrorCode::BadMessage => Outcome::Rejected { reason },
+        _ => Outcome::Retry {
+            after: None,
+            reason,
+        },
+    }
+}
+
+fn report_failures(outcomes: &[Outcome]) {
+    for outcome in outcomes {
+        if let Outcome::Retry { reason, .. } | Outcome::Rejected { reason } = outcome {
+            telemetry::attempt_failed("kafka", reason, 1);
+        }
+    }
+}

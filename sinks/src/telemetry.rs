@@ -1,0 +1,33 @@
+//! The sinks' named log events, in one place (vector's `internal_events`).
+//!
+//! Each function is one event with a fixed name and low-cardinality fields, so that log
+//! queries and alerts stay stable and no payload, secret or URL with credentials can slip into
+//! a field: callers pass kinds and reasons, never bodies or config values.
+
+use tracing::{debug, warn};
+
+/// A delivery attempt did not end in `Delivered`; `reason` is the outcome's reason.
+pub(crate) fn attempt_failed(sink: &'static str, reason: &str, events: usize) {
+    debug!(
+        event = "sink_attempt_failed",
+        sink, reason, events, "sink delivery attempt failed"
+    );
+}
+
+/// The Kafka producer hit a fatal error and was replaced by a new one.
+pub(crate) fn producer_recreated(code: &str) {
+    warn!(
+        event = "kafka_producer_recreated",
+        sink = "kafka",
+        code,
+        "fatal kafka producer error; producer recreated"
+    );
+}
+
+/// An event could not be encoded (it goes back to the publisher as `Rejected`).
+pub(crate) fn encode_failed(sink: &'static str, seq: u64) {
+    warn!(
+        event = "sink_encode_failed",
+        sink, seq, "event could not be encoded"
+    );
+}

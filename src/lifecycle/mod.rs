@@ -1,0 +1,95 @@
+//! Lifecycle events: route and source changes that took effect, published as CloudEvents.
+//!
+//! The writer flags their rows and writes the redacted entity beside each at `o`+seq, in the
+//! row's batch (the outbox). This module reads the outbox in seq order ([`outbox`]), builds
+//! the events ([`event`]) and delivers them through the sinks of the `ankusa-sinks` crate
+//! ([`publisher`]), moving each sink's position only over what it confirmed.
+
+pub mod dead_letters;
+pub mod event;
+pub mod outbox;
+pub mod publisher;
+pub mod status;
+
+pub use publisher::{Publisher, PublisherOptions, SinkSpec};
+pub use status::{SinkState, SinkStatus};
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::audit::Trail;
+use crate::config::LifecycleConfig;
+use crate::store::StoreError;
+
+/// Why the publisher could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum LifecycleError {
+    /// A sink's configuration is invalid.
+    #[error("lifecycle.sink.{name}: {source}")]
+    Sink {
+        /// The sink's name.
+        name: String,
+        /// What is wrong.
+        source: ankusa_sinks::SinkError,
+    },
+    /// The sinks' positions could not be read.
+    #[error("reading sink positions: {0}")]
+    Store(#[from] StoreError),
+}
+
+/// The sink names whose positions make `m:lifecycle_cursor` under `config`.
+pub fn configured_sinks(config: &LifecycleConfig) -> Vec<String> {
+    if config.enabled {
+        config.sinks.clone()
+    } else {
+        Vec::new()
+    }
+}
+
+/// Build the configured sinks and start the publisher (`None` when lifecycle events are off
+/// or no sink is configured). A failing healthcheck is logged, not fatal: the sink's loop
+/// retries until the destination comes up, and the outbox keeps every event meanwhile.
+pub async fn start(
+    config: &LifecycleConfig,
+    source: &str,
+    trail: &Trail,
+    shutdown: CancellationToken,
+) -> Result<Option<Publisher>, LifecycleError> {
+    let names = configured_sinks(config);
+    if names.is_empty() {
+        return Ok(None);
+    }
+    let mut specs = Vec::new();
+    for name in names {
+        let Some(sink_config) = config.sink.get(&name) else {
+            continue; // config validation guarantees a definition
+        };
+        let (sink, retry) = sink_config
+            .build()
+            .await
+            .map_err(|source| LifecycleError::Sink {
+                name: name.clone(),
+                source,
+            })?;
+        match sink.healthcheck().await {
+            Ok(()) => tracing::info!(sink = %name, kind = sink.kind(), "lifecycle sink healthy"),
+            Err(e) => {
+                tracing::warn!(sink = %name, kind = sink.kind(), error = %e, "lifecycle sink healthcheck failed; delivering with retries")
+            }
+        }
+        specs.push(SinkSpec {
+            name,
+            sink: Arc::from(sink),
+            retry,
+        });
+    }
+    let options = PublisherOptions {
+        source: source.to_owned(),
+        batch: config.batch,
+        idle: config.idle,
+    };
+    Ok(Some(
+        Publisher::start(trail.clone(), specs, options, shutdown).await?,
+    ))
+}

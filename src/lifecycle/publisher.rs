@@ -1,0 +1,368 @@
+//! The publisher: one loop per sink, delivering flagged rows in seq order, at least once.
+//!
+//! The store is the source of truth: each loop reads the outbox after its sink's position,
+//! builds the events, makes one delivery attempt through the sink, and moves the position only
+//! over the highest *contiguous* seq the sink confirmed (or refused for good, which writes a
+//! dead letter in the same batch as the move). Positions are persisted through the writer
+//! (`m:lifecycle_cursor:<sink>`), and `m:lifecycle_cursor` is their minimum, so one broken
+//! sink never stalls the others, and a crash between a confirmation and its persistence only
+//! redelivers (with the same id). Commits wake the loops through the trail's committed-seq
+//! watch (a hint); a timer is the fallback. While a batch is in flight the next page is read,
+//! and a position write is overlapped with the next delivery.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ankusa_sinks::{Delivery, Outcome, RetryPolicy, Sink};
+use serde_json::json;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::status::{self, SharedStatus, SinkState, SinkStatus};
+use super::{event, outbox};
+use crate::audit::{Row, Trail};
+use crate::store::{keys, keys::meta, StoreError};
+
+/// How the publisher's loops behave.
+#[derive(Debug, Clone)]
+pub struct PublisherOptions {
+    /// The node's URI: every event's `source`.
+    pub source: String,
+    /// Most events handed to a sink in one attempt.
+    pub batch: usize,
+    /// How long a loop sleeps when no commit wakes it.
+    pub idle: Duration,
+}
+
+/// A configured sink, ready to run.
+pub struct SinkSpec {
+    /// Its name.
+    pub name: String,
+    /// The sink.
+    pub sink: Arc<dyn Sink>,
+    /// Its retry schedule.
+    pub retry: RetryPolicy,
+}
+
+/// The running publisher: one task per sink.
+pub struct Publisher {
+    sinks: Vec<(String, Arc<dyn Sink>)>,
+    statuses: Vec<SharedStatus>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.sinks.iter().map(|(n, _)| n.as_str()).collect();
+        f.debug_struct("Publisher").field("sinks", &names).finish()
+    }
+}
+
+impl Publisher {
+    /// Start one loop per sink; they stop when `shutdown` is cancelled.
+    pub async fn start(
+        trail: Trail,
+        sinks: Vec<SinkSpec>,
+        options: PublisherOptions,
+        shutdown: CancellationToken,
+    ) -> Result<Publisher, StoreError> {
+        let mut statuses = Vec::new();
+        let mut tasks = Vec::new();
+        let names = sinks
+            .iter()
+            .map(|s| (s.name.clone(), s.sink.clone()))
+            .collect();
+        for spec in sinks {
+            let position = {
+                let store = trail.store().clone();
+                let name = meta::sink_cursor(&spec.name);
+                tokio::task::spawn_blocking(move || store.meta_u64(&name))
+                    .await
+                    .map_err(|e| StoreError::Unavailable(e.to_string()))??
+            };
+            let status: SharedStatus = Arc::new(std::sync::Mutex::new(SinkStatus {
+                name: spec.name.clone(),
+                kind: spec.sink.kind(),
+                position,
+                state: SinkState::Running,
+                last_error: None,
+                delivered: 0,
+                retries: 0,
+                dead_lettered: 0,
+                oldest_unconfirmed_at: None,
+            }));
+            let lane = Lane {
+                trail: trail.clone(),
+                spec,
+                options: options.clone(),
+                status: status.clone(),
+                shutdown: shutdown.clone(),
+                position,
+            };
+            statuses.push(status);
+            tasks.push(tokio::spawn(lane.run()));
+        }
+        Ok(Publisher {
+            sinks: names,
+            statuses,
+            tasks,
+        })
+    }
+
+    /// Every sink's status.
+    pub fn statuses(&self) -> Vec<SinkStatus> {
+        self.statuses.iter().map(status::snapshot).collect()
+    }
+
+    /// The sink named `name`, for operations beside its loop (redriving dead letters).
+    pub fn sink(&self, name: &str) -> Option<Arc<dyn Sink>> {
+        self.sinks
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, s)| s.clone())
+    }
+
+    /// Wait for every loop to stop (after the shutdown token was cancelled).
+    pub async fn join(self) {
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+}
+
+/// One sink's loop.
+struct Lane {
+    trail: Trail,
+    spec: SinkSpec,
+    options: PublisherOptions,
+    status: SharedStatus,
+    shutdown: CancellationToken,
+    /// The last seq delivered (or dead-lettered): the next read starts after it. May be ahead
+    /// of the persisted position while a position write is in flight.
+    position: u64,
+}
+
+/// What stopped a batch short.
+enum Stop {
+    Retry(Option<Duration>, String),
+    Disabled(String),
+}
+
+impl Lane {
+    async fn run(mut self) {
+        let mut committed = self.trail.committed();
+        let mut attempt: u32 = 0;
+        let mut persisting: Option<JoinHandle<Result<(), StoreError>>> = None;
+        let mut next = self.read(self.position).await;
+        while !self.shutdown.is_cancelled() {
+            let batch = match next.take() {
+                Some(Ok(batch)) => batch,
+                Some(Err(e)) => {
+                    self.note_error(&format!("reading the outbox: {e}"));
+                    self.pause(Duration::from_secs(1)).await;
+                    next = self.read(self.position).await;
+                    continue;
+                }
+                None => unreachable!("next is refilled on every path"),
+            };
+            if batch.is_empty() {
+                if let Some(previous) = persisting.take() {
+                    self.finish_persist(previous).await;
+                }
+                status::update(&self.status, |s| s.oldest_unconfirmed_at = None);
+                tokio::select! {
+                    _ = committed.changed() => {}
+                    _ = tokio::time::sleep(self.options.idle) => {}
+                    _ = self.shutdown.cancelled() => break,
+                }
+                next = self.read(self.position).await;
+                continue;
+            }
+            status::update(&self.status, |s| {
+                s.oldest_unconfirmed_at = batch.first().map(|d| d.0.at)
+            });
+            let deliveries = self.deliveries(&batch);
+            let (outcomes, read_ahead) = tokio::join!(
+                self.spec.sink.send(&deliveries),
+                self.read_ahead(&deliveries)
+            );
+            let (to, dead, stop) = self.settle(&batch, &deliveries, &outcomes);
+            if to > self.position {
+                // One position write in flight at a time, in order: wait for the previous one.
+                if let Some(previous) = persisting.take() {
+                    self.finish_persist(previous).await;
+                }
+                // A crash here: the sink has these events, the store does not know it yet.
+                fail::fail_point!("lifecycle::before_persist");
+                self.position = to;
+                let trail = self.trail.clone();
+                let name = self.spec.name.clone();
+                persisting = Some(tokio::spawn(
+                    async move { trail.advance(&name, to, dead).await },
+                ));
+            }
+            match stop {
+                None => {
+                    attempt = 0;
+                    status::update(&self.status, |s| s.state = SinkState::Running);
+                    next = match read_ahead {
+                        Some(read) if to == deliveries.last().map_or(0, |d| d.seq) => Some(read),
+                        _ => self.read(self.position).await,
+                    };
+                }
+                Some(Stop::Retry(after, reason)) => {
+                    let delay = self.spec.retry.delay(attempt, after);
+                    attempt = attempt.saturating_add(1);
+                    status::update(&self.status, |s| {
+                        s.state = SinkState::Retrying;
+                        s.retries += 1;
+                        s.last_error = Some(reason.clone());
+                    });
+                    tracing::warn!(sink = %self.spec.name, reason = %reason, delay_ms = delay.as_millis() as u64, "lifecycle delivery failed; will retry");
+                    self.pause(delay).await;
+                    next = self.read(self.position).await;
+                }
+                Some(Stop::Disabled(reason)) => {
+                    status::update(&self.status, |s| {
+                        s.state = SinkState::Disabled;
+                        s.last_error = Some(reason.clone());
+                    });
+                    tracing::error!(sink = %self.spec.name, reason = %reason, "lifecycle sink disabled by its destination; keeping its position");
+                    self.shutdown.cancelled().await;
+                }
+            }
+        }
+        if let Some(previous) = persisting.take() {
+            self.finish_persist(previous).await;
+        }
+        status::update(&self.status, |s| {
+            if s.state != SinkState::Disabled {
+                s.state = SinkState::Stopped;
+            }
+        });
+    }
+
+    /// Classify the outcomes in order: the position moves over delivered and dead-lettered
+    /// events up to the first that must be retried.
+    fn settle(
+        &self,
+        batch: &[(Row, serde_json::Value)],
+        deliveries: &[Delivery],
+        outcomes: &[Outcome],
+    ) -> (u64, Vec<(Vec<u8>, Vec<u8>)>, Option<Stop>) {
+        let mut to = self.position;
+        let mut dead = Vec::new();
+        let (mut delivered, mut dead_lettered) = (0, 0);
+        let mut stop = None;
+        for (i, d) in deliveries.iter().enumerate() {
+            match outcomes.get(i) {
+                Some(Outcome::Delivered) => delivered += 1,
+                Some(Outcome::Rejected { reason }) => {
+                    tracing::error!(sink = %self.spec.name, seq = d.seq, reason = %reason, "lifecycle event refused for good; dead-lettered");
+                    dead.push(dead_letter(&self.spec.name, d, reason, batch[i].0.at));
+                    dead_lettered += 1;
+                }
+                Some(Outcome::Retry { after, reason }) => {
+                    stop = Some(Stop::Retry(*after, reason.clone()));
+                    break;
+                }
+                Some(Outcome::Disabled { reason }) => {
+                    stop = Some(Stop::Disabled(reason.clone()));
+                    break;
+                }
+                None => {
+                    stop = Some(Stop::Retry(None, "sink returned too few outcomes".into()));
+                    break;
+                }
+            }
+            to = d.seq;
+        }
+        status::update(&self.status, |s| {
+            s.delivered += delivered;
+            s.dead_lettered += dead_lettered;
+        });
+        (to, dead, stop)
+    }
+
+    fn deliveries(&self, batch: &[(Row, serde_json::Value)]) -> Vec<Delivery> {
+        let history = self.trail.history();
+        batch
+            .iter()
+            .filter_map(|(row, entity)| {
+                match event::build(row, entity.clone(), history, &self.options.source) {
+                    Ok(event) => Some(Delivery {
+                        seq: row.seq,
+                        event,
+                    }),
+                    Err(e) => {
+                        tracing::error!(error = %e, "lifecycle event not built; skipped");
+                        None
+                    }
+                }
+            })
+            .collect()
+    }
+
+    async fn read(&self, after: u64) -> Option<Result<Vec<(Row, serde_json::Value)>, StoreError>> {
+        let store = self.trail.store().clone();
+        let limit = self.options.batch;
+        Some(
+            tokio::task::spawn_blocking(move || outbox::read(&store, after, limit))
+                .await
+                .unwrap_or_else(|e| Err(StoreError::Unavailable(e.to_string()))),
+        )
+    }
+
+    /// Read the page after `deliveries` while they are in flight.
+    async fn read_ahead(
+        &self,
+        deliveries: &[Delivery],
+    ) -> Option<Result<Vec<(Row, serde_json::Value)>, StoreError>> {
+        let last = deliveries.last()?.seq;
+        self.read(last).await
+    }
+
+    /// Wait for the position write in flight (it wrote `self.position`: a new one is only
+    /// started after the previous one finished).
+    async fn finish_persist(&self, handle: JoinHandle<Result<(), StoreError>>) {
+        let error = match handle.await {
+            Ok(Ok(())) => {
+                fail::fail_point!("lifecycle::after_persist");
+                let persisted = self.position;
+                status::update(&self.status, |s| s.position = s.position.max(persisted));
+                return;
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(e) => e.to_string(),
+        };
+        // Not persisted: after a restart these events are delivered again, with their ids.
+        self.note_error(&format!("persisting the position: {error}"));
+    }
+
+    fn note_error(&self, error: &str) {
+        tracing::error!(sink = %self.spec.name, error, "lifecycle publisher error");
+        status::update(&self.status, |s| s.last_error = Some(error.to_owned()));
+    }
+
+    async fn pause(&self, delay: Duration) {
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = self.shutdown.cancelled() => {}
+        }
+    }
+}
+
+/// A dead letter: the event (structured mode) and why it was refused, keyed by sink and seq.
+fn dead_letter(sink: &str, d: &Delivery, reason: &str, at: u64) -> (Vec<u8>, Vec<u8>) {
+    let value = json!({
+        "sink": sink,
+        "seq": d.seq,
+        "reason": reason,
+        "at": at,
+        "event": d.event,
+    });
+    (
+        keys::dead_letter_key(sink, d.seq),
+        serde_json::to_vec(&value).expect("a dead letter always serializes"),
+    )
+}

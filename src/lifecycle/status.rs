@@ -1,0 +1,61 @@
+//! What the publisher tells operators about each sink (`GET /admin/v1/lifecycle`).
+
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+
+/// A sink's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SinkState {
+    /// Delivering, or waiting for new rows.
+    Running,
+    /// The last attempt failed; waiting to try again.
+    Retrying,
+    /// The destination said it is gone (webhook 410): stopped at its position.
+    Disabled,
+    /// The publisher stopped.
+    Stopped,
+}
+
+/// One sink's status.
+#[derive(Debug, Clone, Serialize)]
+pub struct SinkStatus {
+    /// The sink's name (its key in `lifecycle.sink`).
+    pub name: String,
+    /// Its kind (`kafka`, `webhook`, `file`).
+    pub kind: &'static str,
+    /// The last seq it confirmed, persisted (`m:lifecycle_cursor:<name>`).
+    pub position: u64,
+    /// Its state.
+    pub state: SinkState,
+    /// The last error, low-cardinality and secret-free.
+    pub last_error: Option<String>,
+    /// Events delivered since start.
+    pub delivered: u64,
+    /// Failed attempts since start.
+    pub retries: u64,
+    /// Events dead-lettered since start.
+    pub dead_lettered: u64,
+    /// Commit time (unix ms) of the oldest event it has not confirmed, if it is behind.
+    pub oldest_unconfirmed_at: Option<u64>,
+}
+
+/// A sink's status, shared between its loop (writer) and the API (reader).
+pub type SharedStatus = Arc<Mutex<SinkStatus>>;
+
+/// Read a shared status (a poisoned lock still holds the last status written).
+pub fn snapshot(status: &SharedStatus) -> SinkStatus {
+    match status.lock() {
+        Ok(s) => s.clone(),
+        Err(poisoned) => poisoned.into_inner().clone(),
+    }
+}
+
+/// Update a shared status.
+pub fn update(status: &SharedStatus, f: impl FnOnce(&mut SinkStatus)) {
+    match status.lock() {
+        Ok(mut s) => f(&mut s),
+        Err(poisoned) => f(&mut poisoned.into_inner()),
+    }
+}

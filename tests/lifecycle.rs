@@ -1,0 +1,450 @@
+//! The lifecycle publisher: flagged rows become CloudEvents, delivered in seq order with
+//! stable ids; positions move only over what a sink confirmed.
+
+mod common;
+
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ankusa::audit::{Change, CommitError, Trail};
+use ankusa::lifecycle::dead_letters;
+use ankusa::lifecycle::event::event_id;
+use ankusa::lifecycle::{Publisher, PublisherOptions, SinkSpec, SinkState};
+use ankusa::store::{keys, keys::meta, Cf};
+use ankusa_sinks::{FileConfig, FileSink, RetryPolicy, WebhookConfig, WebhookSink};
+use axum::http::{HeaderMap, StatusCode};
+use common::*;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+fn fast_retry() -> RetryPolicy {
+    RetryPolicy {
+        initial: Duration::from_millis(5),
+        max: Duration::from_millis(50),
+        max_retry_after: Duration::from_millis(50),
+    }
+}
+
+fn file_sink(path: &std::path::Path) -> SinkSpec {
+    let config = FileConfig {
+        path: path.to_owned(),
+        retry: fast_retry(),
+    };
+    SinkSpec {
+        name: "file".into(),
+        sink: Arc::new(FileSink::new(config).unwrap()),
+        retry: fast_retry(),
+    }
+}
+
+fn options() -> PublisherOptions {
+    PublisherOptions {
+        source: "urn:ankusa:test".into(),
+        batch: 256,
+        idle: Duration::from_millis(50),
+    }
+}
+
+/// A change that takes effect but is not a lifecycle event (no entity): never published.
+async fn unflagged(trail: &Trail, i: usize) {
+    trail
+        .commit(ctx("ops"), move |tx| {
+            tx.put(
+                Cf::Overrides,
+                format!("t1/o{i}").into_bytes(),
+                b"{}".to_vec(),
+            )?;
+            Ok::<_, CommitError<()>>((
+                Change::new("override.set", format!("overrides/o{i}")).tenant("t1"),
+                (),
+            ))
+        })
+        .await
+        .unwrap();
+}
+
+async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..1000 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+fn read_lines(path: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_changes_reach_the_file_sink_in_seq_order_with_stable_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let trail = open_trail_with_sinks(dir.path(), &["file"]);
+    let events = dir.path().join("events.jsonl");
+    // 10,000 changes from 50 committers; every tenth is an unflagged change.
+    let mut tasks = vec![];
+    for c in 0..50 {
+        let trail = trail.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..200 {
+                if i % 10 == 0 {
+                    unflagged(&trail, c * 1000 + i).await;
+                } else {
+                    create_source(&trail, ctx("a"), &format!("s{c}-{i}"), "hunter2")
+                        .await
+                        .unwrap();
+                }
+            }
+        }));
+    }
+    let shutdown = CancellationToken::new();
+    let publisher = Publisher::start(
+        trail.clone(),
+        vec![file_sink(&events)],
+        options(),
+        shutdown.clone(),
+    )
+    .await
+    .unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let flagged: Vec<_> = all_rows(trail.store())
+        .into_iter()
+        .filter(|r| r.publish)
+        .collect();
+    assert_eq!(flagged.len(), 9_000);
+    let last = flagged.last().unwrap().seq;
+    wait_for("the sink to catch up", || {
+        publisher.statuses()[0].position == last
+    })
+    .await;
+    let lines = read_lines(&events);
+    let incarnation = trail.history().of(1).id;
+    assert_eq!(lines.len(), flagged.len(), "exactly the flagged rows");
+    for (line, row) in lines.iter().zip(&flagged) {
+        assert_eq!(line["id"], event_id(incarnation, row.seq).to_string());
+        assert_eq!(line["sequence"], format!("{:020}", row.seq));
+        assert_eq!(line["type"], "io.ankusa.source.created");
+        assert_eq!(line["source"], "urn:ankusa:test");
+        assert_eq!(line["subject"], row.resource);
+        assert_eq!(line["partitionkey"], format!("t1/{}", row.resource));
+        assert_eq!(line["incarnation"], incarnation.to_string());
+        assert_eq!(line["data"]["action"], "source.create");
+    }
+    assert!(
+        !std::fs::read_to_string(&events)
+            .unwrap()
+            .contains("hunter2"),
+        "no secret in any event"
+    );
+    shutdown.cancel();
+    publisher.join().await;
+    assert_eq!(
+        trail.store().meta_u64(&meta::sink_cursor("file")).unwrap(),
+        last
+    );
+    assert_eq!(
+        trail.store().meta_u64(meta::LIFECYCLE_CURSOR).unwrap(),
+        last
+    );
+    trail.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_publisher_resumes_after_its_persisted_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let trail = open_trail_with_sinks(dir.path(), &["file"]);
+    let events = dir.path().join("events.jsonl");
+    for i in 0..20 {
+        create_source(&trail, ctx("a"), &format!("s{i}"), "x")
+            .await
+            .unwrap();
+    }
+    let shutdown = CancellationToken::new();
+    let p = Publisher::start(
+        trail.clone(),
+        vec![file_sink(&events)],
+        options(),
+        shutdown.clone(),
+    )
+    .await
+    .unwrap();
+    wait_for("20 events", || p.statuses()[0].position == 20).await;
+    shutdown.cancel();
+    p.join().await;
+    for i in 20..30 {
+        create_source(&trail, ctx("a"), &format!("s{i}"), "x")
+            .await
+            .unwrap();
+    }
+    let shutdown = CancellationToken::new();
+    let p = Publisher::start(
+        trail.clone(),
+        vec![file_sink(&events)],
+        options(),
+        shutdown.clone(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        p.statuses()[0].position,
+        20,
+        "the position came back from the store"
+    );
+    wait_for("30 events", || p.statuses()[0].position == 30).await;
+    let seqs: Vec<String> = read_lines(&events)
+        .iter()
+        .map(|l| l["sequence"].as_str().unwrap().to_owned())
+        .collect();
+    let expected: Vec<String> = (1..=30).map(|s| format!("{s:020}")).collect();
+    assert_eq!(
+        seqs, expected,
+        "no event lost or repeated across a clean restart"
+    );
+    shutdown.cancel();
+    p.join().await;
+    trail.shutdown().await;
+}
+
+/// A webhook receiver whose answer the test sets; it records every delivered event id.
+#[derive(Clone, Default)]
+struct Receiver {
+    status: Arc<AtomicU16>,
+    received: Arc<Mutex<Vec<(String, String)>>>,
+}
+
+impl Receiver {
+    async fn start(status: u16) -> (Receiver, String) {
+        let receiver = Receiver::default();
+        receiver.status.store(status, Ordering::SeqCst);
+        let state = receiver.clone();
+        let app = axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move |headers: HeaderMap| {
+                let state = state.clone();
+                async move {
+                    let code = state.status.load(Ordering::SeqCst);
+                    if code == 200 {
+                        let h = |n: &str| {
+                            headers
+                                .get(n)
+                                .and_then(|v| v.to_str().ok())
+                                .unwrap_or("")
+                                .to_owned()
+                        };
+                        state
+                            .received
+                            .lock()
+                            .unwrap()
+                            .push((h("webhook-id"), h("ce-sequence")));
+                    }
+                    StatusCode::from_u16(code).unwrap()
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (receiver, url)
+    }
+
+    fn sequences(&self) -> Vec<u64> {
+        self.received
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, s)| s.parse().unwrap())
+            .collect()
+    }
+}
+
+fn webhook_sink(url: &str) -> SinkSpec {
+    let mut config = WebhookConfig::new(url, vec![SECRET.into()]);
+    config.retry = fast_retry();
+    config.timeout = Duration::from_secs(5);
+    SinkSpec {
+        name: "hook".into(),
+        sink: Arc::new(WebhookSink::new(config).unwrap()),
+        retry: fast_retry(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_that_is_down_holds_the_cursor_but_not_the_other_sink() {
+    let dir = tempfile::tempdir().unwrap();
+    let trail = open_trail_with_sinks(dir.path(), &["file", "hook"]);
+    let events = dir.path().join("events.jsonl");
+    let (receiver, url) = Receiver::start(503).await;
+    // 10 subjects, 4 changes each: 10 partition keys.
+    for i in 0..10 {
+        create_source(&trail, ctx("a"), &format!("s{i}"), "x")
+            .await
+            .unwrap();
+    }
+    for round in 0..3 {
+        for i in 0..10 {
+            update_secret(&trail, ctx("a"), &format!("s{i}"), &format!("x{round}"))
+                .await
+                .unwrap();
+        }
+    }
+    let shutdown = CancellationToken::new();
+    let p = Publisher::start(
+        trail.clone(),
+        vec![file_sink(&events), webhook_sink(&url)],
+        options(),
+        shutdown.clone(),
+    )
+    .await
+    .unwrap();
+    wait_for("the file sink", || p.statuses()[0].position == 40).await;
+    wait_for("the webhook sink to retry", || p.statuses()[1].retries >= 3).await;
+    assert_eq!(p.statuses()[1].position, 0);
+    assert_eq!(p.statuses()[1].state, SinkState::Retrying);
+    assert_eq!(
+        trail.store().meta_u64(meta::LIFECYCLE_CURSOR).unwrap(),
+        0,
+        "the cursor waits for the slow sink"
+    );
+    assert_eq!(
+        trail.store().meta_u64(&meta::sink_cursor("file")).unwrap(),
+        40
+    );
+    // It comes back: it catches up in order, and the cursor follows.
+    receiver.status.store(200, Ordering::SeqCst);
+    wait_for("the webhook sink to catch up", || {
+        p.statuses()[1].position == 40
+    })
+    .await;
+    // Every event exactly once; in seq order within each partition key (subject s<i> has
+    // seqs i+1, i+11, i+21, i+31); keys may interleave.
+    let arrived = receiver.sequences();
+    let mut sorted = arrived.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, (1..=40).collect::<Vec<_>>());
+    for key in 1..=10u64 {
+        let of_key: Vec<u64> = arrived
+            .iter()
+            .copied()
+            .filter(|s| (s - 1) % 10 == key - 1)
+            .collect();
+        assert_eq!(
+            of_key,
+            vec![key, key + 10, key + 20, key + 30],
+            "per-key order"
+        );
+    }
+    wait_for("the cursor", || {
+        trail.store().meta_u64(meta::LIFECYCLE_CURSOR).unwrap() == 40
+    })
+    .await;
+    let incarnation = trail.history().of(1).id;
+    for (id, seq) in receiver.received.lock().unwrap().iter() {
+        assert_eq!(
+            *id,
+            event_id(incarnation, seq.parse().unwrap()).to_string(),
+            "webhook-id is the event id"
+        );
+    }
+    shutdown.cancel();
+    p.join().await;
+    trail.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_refused_for_good_is_dead_lettered_and_the_sink_moves_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let trail = open_trail_with_sinks(dir.path(), &["hook"]);
+    let (receiver, url) = Receiver::start(400).await;
+    create_source(&trail, ctx("a"), "s1", "x").await.unwrap();
+    let shutdown = CancellationToken::new();
+    let p = Publisher::start(
+        trail.clone(),
+        vec![webhook_sink(&url)],
+        options(),
+        shutdown.clone(),
+    )
+    .await
+    .unwrap();
+    wait_for("the dead letter", || p.statuses()[0].position == 1).await;
+    assert_eq!(p.statuses()[0].dead_lettered, 1);
+    let letter = trail
+        .store()
+        .get(Cf::DeadLetters, &keys::dead_letter_key("hook", 1))
+        .unwrap()
+        .expect("dead letter");
+    let letter: Value = serde_json::from_slice(&letter).unwrap();
+    assert_eq!(letter["seq"], 1);
+    assert_eq!(
+        letter["event"]["id"],
+        event_id(trail.history().of(1).id, 1).to_string()
+    );
+    receiver.status.store(200, Ordering::SeqCst);
+    create_source(&trail, ctx("a"), "s2", "x").await.unwrap();
+    wait_for("the next event", || p.statuses()[0].position == 2).await;
+    assert_eq!(receiver.sequences(), vec![2]);
+    // The operator redrives it: same id, and the dead letter is gone.
+    let listed = dead_letters::list(trail.store(), "hook", 0, 10).unwrap();
+    assert_eq!(listed.iter().map(|l| l.seq).collect::<Vec<_>>(), vec![1]);
+    let report = dead_letters::redrive(trail.store(), "hook", &*p.sink("hook").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        report,
+        dead_letters::Redriven {
+            delivered: 1,
+            remaining: 0
+        }
+    );
+    assert_eq!(receiver.sequences(), vec![2, 1]);
+    let ids: Vec<String> = receiver
+        .received
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(id, _)| id.clone())
+        .collect();
+    assert_eq!(ids[1], event_id(trail.history().of(1).id, 1).to_string());
+    assert!(dead_letters::list(trail.store(), "hook", 0, 10)
+        .unwrap()
+        .is_empty());
+    // Dropping a letter that is not there says so.
+    assert!(!dead_letters::drop_letter(trail.store(), "hook", 1).unwrap());
+    shutdown.cancel();
+    p.join().await;
+    trail.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gone_destination_disables_the_sink_at_its_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let trail = open_trail_with_sinks(dir.path(), &["hook"]);
+    let (_receiver, url) = Receiver::start(410).await;
+    create_source(&trail, ctx("a"), "s1", "x").await.unwrap();
+    let shutdown = CancellationToken::new();
+    let p = Publisher::start(
+        trail.clone(),
+        vec![webhook_sink(&url)],
+        options(),
+        shutdown.clone(),
+    )
+    .await
+    .unwrap();
+    wait_for("the sink to be disabled", || {
+        p.statuses()[0].state == SinkState::Disabled
+    })
+    .await;
+    assert_eq!(p.statuses()[0].position, 0);
+    shutdown.cancel();
+    p.join().await;
+    trail.shutdown().await;
+}
