@@ -60,12 +60,14 @@ pub async fn serve(
         &trail,
         stop_publisher.clone(),
     )
-    .await?;
+    .await?
+    .map(Arc::new);
     let ready = Arc::new(AtomicBool::new(false));
     let state = AppState {
         trail: trail.clone(),
         ready: ready.clone(),
         admin: Arc::new(admin),
+        lifecycle: publisher.clone(),
     };
     let addr = listener.local_addr()?;
     tracing::info!(%addr, seq = *trail.committed().borrow(), "node serving");

@@ -395,7 +395,7 @@ async fn an_event_refused_for_good_is_dead_lettered_and_the_sink_moves_on() {
     // The operator redrives it: same id, and the dead letter is gone.
     let listed = dead_letters::list(trail.store(), "hook", 0, 10).unwrap();
     assert_eq!(listed.iter().map(|l| l.seq).collect::<Vec<_>>(), vec![1]);
-    let report = dead_letters::redrive(trail.store(), "hook", &*p.sink("hook").unwrap())
+    let report = dead_letters::redrive(&trail, ctx("ops"), "hook", &*p.sink("hook").unwrap())
         .await
         .unwrap();
     assert_eq!(
@@ -417,8 +417,22 @@ async fn an_event_refused_for_good_is_dead_lettered_and_the_sink_moves_on() {
     assert!(dead_letters::list(trail.store(), "hook", 0, 10)
         .unwrap()
         .is_empty());
-    // Dropping a letter that is not there says so.
-    assert!(!dead_letters::drop_letter(trail.store(), "hook", 1).unwrap());
+    // The redrive left its row; dropping a letter that is not there writes none.
+    let rows = all_rows(trail.store());
+    let last = rows.last().unwrap();
+    assert_eq!(
+        (
+            last.action.as_str(),
+            last.resource.as_str(),
+            last.actor.as_str()
+        ),
+        ("dead_letter.redrive", "sinks/hook/dead-letters/1", "ops")
+    );
+    let err = dead_letters::drop_letter(&trail, ctx("ops"), "hook", 1)
+        .await
+        .unwrap_err();
+    assert_eq!(err, CommitError::Refused(dead_letters::NoSuchLetter));
+    assert_eq!(all_rows(trail.store()).len(), rows.len());
     shutdown.cancel();
     p.join().await;
     trail.shutdown().await;

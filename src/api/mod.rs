@@ -12,6 +12,7 @@ pub mod context;
 pub mod error;
 pub mod events;
 pub mod extract;
+pub mod lifecycle;
 pub mod overrides;
 pub mod quarantine;
 pub mod replay;
@@ -45,6 +46,8 @@ pub struct AppState {
     pub ready: Arc<AtomicBool>,
     /// The admin API's tokens and settings.
     pub admin: Arc<AdminState>,
+    /// The lifecycle publisher, when lifecycle events are on and sinks are configured.
+    pub lifecycle: Option<Arc<crate::lifecycle::Publisher>>,
 }
 
 /// The admin API's settings, fixed at start.

@@ -11,7 +11,7 @@ use axum::response::IntoResponse;
 use axum::routing::{self, MethodRouter};
 use axum::Router;
 
-use super::{audit, overrides, quarantine, replay, sources, subject, AppState};
+use super::{audit, lifecycle, overrides, quarantine, replay, sources, subject, AppState};
 use crate::subjects::overrides::Override;
 use crate::subjects::quarantine::Quarantine;
 use crate::subjects::replay::ReplayJob;
@@ -125,7 +125,20 @@ pub fn admin() -> (Router<AppState>, Vec<(Method, &'static str)>) {
         replay::cancel,
     )
     .get("/admin/v1/audit", audit::list)
-    .get("/admin/v1/audit/{seq}", audit::get);
+    .get("/admin/v1/audit/{seq}", audit::get)
+    .get("/admin/v1/lifecycle", lifecycle::status)
+    .get(
+        "/admin/v1/lifecycle/sinks/{sink}/dead-letters",
+        lifecycle::list_letters,
+    )
+    .post(
+        "/admin/v1/lifecycle/sinks/{sink}/dead-letters/redrive",
+        lifecycle::redrive,
+    )
+    .delete(
+        "/admin/v1/lifecycle/sinks/{sink}/dead-letters/{seq}",
+        lifecycle::drop_letter,
+    );
     (table.router, table.routes)
 }
 

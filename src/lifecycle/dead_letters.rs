@@ -2,14 +2,15 @@
 //! can look at them, send them again (same ids), or drop them.
 //!
 //! The publisher writes a dead letter in the same batch that moves its sink past the event
-//! (through the writer); this module reads them and removes them. They live in their own
+//! (through the writer); this module reads them and removes them, each removal with its
+//! audit row in one batch (it changes the node's operational state). They live in their own
 //! column family, never in the trail.
 
 use ankusa_sinks::{Delivery, Event, Outcome, Sink};
-use rocksdb::WriteBatch;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::audit::{Change, CommitError, Context, Trail};
 use crate::store::{keys, Cf, Store, StoreError};
 
 /// One dead letter.
@@ -58,26 +59,36 @@ pub fn list(
     }
 }
 
-/// Remove dead letter `seq` of `sink`; `false` if there was none.
-pub fn drop_letter(store: &Store, sink: &str, seq: u64) -> Result<bool, StoreError> {
-    let key = keys::dead_letter_key(sink, seq);
-    if store.get(Cf::DeadLetters, &key)?.is_none() {
-        return Ok(false);
-    }
-    let mut batch = WriteBatch::default();
-    batch.delete_cf(store.cf(Cf::DeadLetters), key);
-    store.write(batch, true)?;
-    Ok(true)
+/// Why a dead letter could not be removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("no such dead letter")]
+pub struct NoSuchLetter;
+
+/// Remove dead letter `seq` of `sink` for good, with its audit row (`dead_letter.drop`) in
+/// the same batch. Returns the row's seq.
+pub async fn drop_letter(
+    trail: &Trail,
+    ctx: Context,
+    sink: &str,
+    seq: u64,
+) -> Result<u64, CommitError<NoSuchLetter>> {
+    remove(trail, ctx, sink, seq, "dead_letter.drop").await
 }
 
-/// Send `sink`'s dead letters again through `target`, in seq order with their original ids,
-/// removing each one delivered; stop at the first that fails again.
-pub async fn redrive(store: &Store, sink: &str, target: &dyn Sink) -> Result<Redriven, StoreError> {
+/// Send `sink`'s dead letters again through `target`, in seq order with their original ids;
+/// each one delivered is removed with an audit row (`dead_letter.redrive`). Stops at the
+/// first that fails again.
+pub async fn redrive(
+    trail: &Trail,
+    ctx: Context,
+    sink: &str,
+    target: &dyn Sink,
+) -> Result<Redriven, CommitError<NoSuchLetter>> {
     let mut report = Redriven::default();
     let mut after = 0;
     loop {
         let letters = {
-            let (store, sink) = (store.clone(), sink.to_owned());
+            let (store, sink) = (trail.store().clone(), sink.to_owned());
             tokio::task::spawn_blocking(move || list(&store, &sink, after, 100))
                 .await
                 .map_err(|e| StoreError::Unavailable(e.to_string()))??
@@ -99,13 +110,40 @@ pub async fn redrive(store: &Store, sink: &str, target: &dyn Sink) -> Result<Red
                 }])
                 .await;
             if outcome.first() != Some(&Outcome::Delivered) {
-                report.remaining = count(store, sink)?;
+                let (store, sink) = (trail.store().clone(), sink.to_owned());
+                report.remaining = tokio::task::spawn_blocking(move || count(&store, &sink))
+                    .await
+                    .map_err(|e| StoreError::Unavailable(e.to_string()))??;
                 return Ok(report);
             }
-            drop_letter(store, sink, letter.seq)?;
+            remove(trail, ctx.clone(), sink, letter.seq, "dead_letter.redrive").await?;
             report.delivered += 1;
         }
     }
+}
+
+async fn remove(
+    trail: &Trail,
+    ctx: Context,
+    sink: &str,
+    seq: u64,
+    action: &'static str,
+) -> Result<u64, CommitError<NoSuchLetter>> {
+    let sink = sink.to_owned();
+    let committed = trail
+        .commit(ctx, move |tx| {
+            let key = keys::dead_letter_key(&sink, seq);
+            if tx.get(Cf::DeadLetters, &key)?.is_none() {
+                return Err(CommitError::Refused(NoSuchLetter));
+            }
+            tx.delete(Cf::DeadLetters, key)?;
+            let change = Change::new(action, format!("sinks/{sink}/dead-letters/{seq}"))
+                .detail("sink", sink.clone())
+                .detail("seq", seq);
+            Ok((change, ()))
+        })
+        .await?;
+    Ok(committed.seq)
 }
 
 /// How many dead letters `sink` has.

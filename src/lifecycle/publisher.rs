@@ -21,7 +21,10 @@ use tokio_util::sync::CancellationToken;
 use super::status::{self, SharedStatus, SinkState, SinkStatus};
 use super::{event, outbox};
 use crate::audit::{Row, Trail};
-use crate::store::{keys, keys::meta, StoreError};
+use crate::store::{keys, keys::meta, Entry, StoreError};
+
+/// A page of the outbox: flagged rows with their entities.
+type Page = Vec<(Row, serde_json::Value)>;
 
 /// How the publisher's loops behave.
 #[derive(Debug, Clone)]
@@ -48,7 +51,7 @@ pub struct SinkSpec {
 pub struct Publisher {
     sinks: Vec<(String, Arc<dyn Sink>)>,
     statuses: Vec<SharedStatus>,
-    tasks: Vec<JoinHandle<()>>,
+    tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -105,7 +108,7 @@ impl Publisher {
         Ok(Publisher {
             sinks: names,
             statuses,
-            tasks,
+            tasks: std::sync::Mutex::new(tasks),
         })
     }
 
@@ -123,8 +126,12 @@ impl Publisher {
     }
 
     /// Wait for every loop to stop (after the shutdown token was cancelled).
-    pub async fn join(self) {
-        for t in self.tasks {
+    pub async fn join(&self) {
+        let tasks = match self.tasks.lock() {
+            Ok(mut t) => std::mem::take(&mut *t),
+            Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
+        };
+        for t in tasks {
             let _ = t.await;
         }
     }
@@ -249,7 +256,7 @@ impl Lane {
         batch: &[(Row, serde_json::Value)],
         deliveries: &[Delivery],
         outcomes: &[Outcome],
-    ) -> (u64, Vec<(Vec<u8>, Vec<u8>)>, Option<Stop>) {
+    ) -> (u64, Vec<Entry>, Option<Stop>) {
         let mut to = self.position;
         let mut dead = Vec::new();
         let (mut delivered, mut dead_lettered) = (0, 0);
@@ -303,7 +310,7 @@ impl Lane {
             .collect()
     }
 
-    async fn read(&self, after: u64) -> Option<Result<Vec<(Row, serde_json::Value)>, StoreError>> {
+    async fn read(&self, after: u64) -> Option<Result<Page, StoreError>> {
         let store = self.trail.store().clone();
         let limit = self.options.batch;
         Some(
@@ -314,10 +321,7 @@ impl Lane {
     }
 
     /// Read the page after `deliveries` while they are in flight.
-    async fn read_ahead(
-        &self,
-        deliveries: &[Delivery],
-    ) -> Option<Result<Vec<(Row, serde_json::Value)>, StoreError>> {
+    async fn read_ahead(&self, deliveries: &[Delivery]) -> Option<Result<Page, StoreError>> {
         let last = deliveries.last()?.seq;
         self.read(last).await
     }
@@ -353,7 +357,7 @@ impl Lane {
 }
 
 /// A dead letter: the event (structured mode) and why it was refused, keyed by sink and seq.
-fn dead_letter(sink: &str, d: &Delivery, reason: &str, at: u64) -> (Vec<u8>, Vec<u8>) {
+fn dead_letter(sink: &str, d: &Delivery, reason: &str, at: u64) -> Entry {
     let value = json!({
         "sink": sink,
         "seq": d.seq,

@@ -1,0 +1,133 @@
+//! `/admin/v1/lifecycle`: the publisher's state, and each sink's dead letters.
+//!
+//! Reading needs `admin:read`. Redriving and dropping dead letters change the node's
+//! operational state, so they need `admin:write` and each removal leaves an audit row.
+
+use axum::extract::State;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::auth::{AdminRead, Authorized};
+use super::context::WriteContext;
+use super::error::ApiError;
+use super::extract::{ApiPath, ApiQuery};
+use super::subject::page_limit;
+use super::AppState;
+use crate::audit::CommitError;
+use crate::lifecycle::dead_letters::{self, NoSuchLetter};
+use crate::lifecycle::Publisher;
+use crate::store::keys::meta;
+
+/// `?after=<seq>&limit=<n>`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LetterQuery {
+    /// Letters with seq greater than this.
+    pub after: Option<u64>,
+    /// At most this many (1 to 1000, default 100).
+    pub limit: Option<usize>,
+}
+
+/// `GET /admin/v1/lifecycle`: the global cursor, the last seq, the backlog, every sink's
+/// position and state, and the incarnation history.
+pub async fn status(
+    _: Authorized<AdminRead>,
+    State(state): State<AppState>,
+) -> Result<Json<Value>, ApiError> {
+    let store = state.trail.store().clone();
+    let (audit_seq, cursor) = tokio::task::spawn_blocking(move || {
+        Ok::<_, crate::store::StoreError>((
+            store.meta_u64(meta::AUDIT_SEQ)?,
+            store.meta_u64(meta::LIFECYCLE_CURSOR)?,
+        ))
+    })
+    .await??;
+    let sinks = state
+        .lifecycle
+        .as_deref()
+        .map(Publisher::statuses)
+        .unwrap_or_default();
+    let backlog = if sinks.is_empty() {
+        0
+    } else {
+        audit_seq.saturating_sub(cursor)
+    };
+    Ok(Json(json!({
+        "enabled": state.lifecycle.is_some(),
+        "audit_seq": audit_seq,
+        "cursor": cursor,
+        "backlog": backlog,
+        "sinks": sinks,
+        "incarnations": state.trail.history(),
+    })))
+}
+
+/// `GET /admin/v1/lifecycle/sinks/{sink}/dead-letters`: one page, in seq order.
+pub async fn list_letters(
+    _: Authorized<AdminRead>,
+    State(state): State<AppState>,
+    ApiPath(sink): ApiPath<String>,
+    ApiQuery(query): ApiQuery<LetterQuery>,
+) -> Result<Json<Value>, ApiError> {
+    known_sink(&state, &sink)?;
+    let limit = page_limit(query.limit)?;
+    let store = state.trail.store().clone();
+    let after = query.after.unwrap_or(0);
+    let mut letters =
+        tokio::task::spawn_blocking(move || dead_letters::list(&store, &sink, after, limit + 1))
+            .await??;
+    let next = if letters.len() > limit {
+        letters.truncate(limit);
+        letters.last().map(|l| l.seq)
+    } else {
+        None
+    };
+    Ok(Json(json!({"dead_letters": letters, "next": next})))
+}
+
+/// `POST /admin/v1/lifecycle/sinks/{sink}/dead-letters/redrive`: send them again, in seq
+/// order with their original ids; stops at the first that fails again.
+pub async fn redrive(
+    WriteContext(ctx): WriteContext,
+    State(state): State<AppState>,
+    ApiPath(sink): ApiPath<String>,
+) -> Result<Json<Value>, ApiError> {
+    let target = known_sink(&state, &sink)?;
+    let report = dead_letters::redrive(&state.trail, ctx, &sink, &*target)
+        .await
+        .map_err(letter_error)?;
+    Ok(Json(json!(report)))
+}
+
+/// `DELETE /admin/v1/lifecycle/sinks/{sink}/dead-letters/{seq}`: drop one for good.
+pub async fn drop_letter(
+    WriteContext(ctx): WriteContext,
+    State(state): State<AppState>,
+    ApiPath((sink, seq)): ApiPath<(String, u64)>,
+) -> Result<Json<Value>, ApiError> {
+    known_sink(&state, &sink)?;
+    let row = dead_letters::drop_letter(&state.trail, ctx, &sink, seq)
+        .await
+        .map_err(letter_error)?;
+    Ok(Json(json!({"dropped": seq, "audit_seq": row})))
+}
+
+fn known_sink(
+    state: &AppState,
+    sink: &str,
+) -> Result<std::sync::Arc<dyn ankusa_sinks::Sink>, ApiError> {
+    state
+        .lifecycle
+        .as_deref()
+        .and_then(|p| p.sink(sink))
+        .ok_or_else(|| ApiError::NotFound(format!("no lifecycle sink named {sink:?}")))
+}
+
+fn letter_error(e: CommitError<NoSuchLetter>) -> ApiError {
+    match e {
+        CommitError::Refused(NoSuchLetter) => ApiError::NotFound("no such dead letter".into()),
+        CommitError::StoreUnavailable => ApiError::StoreUnavailable,
+        CommitError::AuditBacklog => ApiError::AuditBacklog,
+    }
+}

@@ -1,0 +1,206 @@
+//! `/admin/v1/lifecycle` over real HTTP: the publisher's status, and a sink's dead letters
+//! listed, redriven (same id, one audit row each) and dropped.
+
+#[path = "common/api.rs"]
+mod api;
+
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use api::*;
+use axum::http::{HeaderMap, StatusCode};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+/// A webhook receiver whose status the test sets; it keeps the `webhook-id` of every event
+/// it accepted.
+async fn receiver(status: Arc<AtomicU16>, ids: Arc<Mutex<Vec<String>>>) -> String {
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |headers: HeaderMap| {
+            let (status, ids) = (status.clone(), ids.clone());
+            async move {
+                let code = status.load(Ordering::SeqCst);
+                if code == 200 {
+                    let id = headers
+                        .get("webhook-id")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("");
+                    ids.lock().unwrap().push(id.to_owned());
+                }
+                StatusCode::from_u16(code).unwrap()
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    url
+}
+
+async fn eventually(node: &TestNode, path: &str, check: impl Fn(&Value) -> bool) -> Value {
+    for _ in 0..500 {
+        let r = node.call(Method::GET, path, ADMIN, None).await;
+        if check(&r.json()) {
+            return r.json();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("timed out waiting on {path}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_dead_letters_redrive_and_drop() {
+    let status = Arc::new(AtomicU16::new(400));
+    let ids = Arc::new(Mutex::new(Vec::new()));
+    let url = receiver(status.clone(), ids.clone()).await;
+    let node = TestNode::start_with(|v| {
+        let path = v["node"]["data_dir"].as_str().unwrap().to_owned() + "/events.jsonl";
+        v["lifecycle"]["sinks"] = json!(["file", "hook"]);
+        v["lifecycle"]["sink"]["file"]["path"] = json!(path);
+        v["lifecycle"]["sink"]["hook"] = json!({
+            "kind": "webhook", "url": url,
+            "secrets": ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
+            "retry": {"initial": "5ms", "max": "20ms", "max_retry_after": "20ms"},
+        });
+    })
+    .await;
+    for id in ["s1", "s2"] {
+        let r = node
+            .call(
+                Method::POST,
+                "/admin/v1/tenants/t1/sources",
+                ADMIN,
+                Some(json!({"id": id, "kind": "webhook", "secret": "sekrit", "config": {}})),
+            )
+            .await;
+        assert_eq!(r.status, 201, "{}", r.text);
+    }
+    // Both events reach the file sink; the webhook refuses both for good (400).
+    let s = eventually(&node, "/admin/v1/lifecycle", |s| {
+        s["sinks"]
+            .as_array()
+            .is_some_and(|a| a.iter().all(|k| k["position"] == 2))
+    })
+    .await;
+    assert_eq!(s["enabled"], true);
+    assert_eq!(s["audit_seq"], 2);
+    assert_eq!(s["cursor"], 2);
+    assert_eq!(s["backlog"], 0);
+    assert_eq!(s["sinks"][0]["name"], "file");
+    assert_eq!(s["sinks"][0]["delivered"], 2);
+    assert_eq!(s["sinks"][1]["name"], "hook");
+    assert_eq!(s["sinks"][1]["dead_lettered"], 2);
+    assert_eq!(s["incarnations"].as_array().unwrap().len(), 1);
+
+    let letters = node
+        .call(
+            Method::GET,
+            "/admin/v1/lifecycle/sinks/hook/dead-letters?limit=1",
+            ADMIN,
+            None,
+        )
+        .await;
+    assert_eq!(letters.status, 200);
+    let page = letters.json();
+    assert_eq!(page["dead_letters"][0]["seq"], 1);
+    assert_eq!(page["dead_letters"][0]["reason"], "http_400");
+    assert_eq!(page["next"], 1);
+    let first_id = page["dead_letters"][0]["event"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        !letters.text.contains("sekrit"),
+        "no secret in a dead letter"
+    );
+
+    // Reading needs admin:read, redriving admin:write; neither refusal writes a row.
+    let r = node
+        .call(
+            Method::POST,
+            "/admin/v1/lifecycle/sinks/hook/dead-letters/redrive",
+            READER,
+            None,
+        )
+        .await;
+    assert_error(&r, 403, "forbidden");
+    let r = node
+        .call(
+            Method::GET,
+            "/admin/v1/lifecycle/sinks/nope/dead-letters",
+            ADMIN,
+            None,
+        )
+        .await;
+    assert_error(&r, 404, "not_found");
+
+    // Drop seq 2; redrive the rest (seq 1) once the receiver accepts: same id.
+    let r = node
+        .call(
+            Method::DELETE,
+            "/admin/v1/lifecycle/sinks/hook/dead-letters/2",
+            WRITER,
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json()["dropped"], 2);
+    let r = node
+        .call(
+            Method::DELETE,
+            "/admin/v1/lifecycle/sinks/hook/dead-letters/2",
+            WRITER,
+            None,
+        )
+        .await;
+    assert_error(&r, 404, "not_found");
+    status.store(200, Ordering::SeqCst);
+    let r = node
+        .call(
+            Method::POST,
+            "/admin/v1/lifecycle/sinks/hook/dead-letters/redrive",
+            WRITER,
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json(), json!({"delivered": 1, "remaining": 0}));
+    assert_eq!(*ids.lock().unwrap(), vec![first_id]);
+    let empty = node
+        .call(
+            Method::GET,
+            "/admin/v1/lifecycle/sinks/hook/dead-letters",
+            ADMIN,
+            None,
+        )
+        .await;
+    assert_eq!(empty.json()["dead_letters"], json!([]));
+
+    // Exactly two rows more than the two creates: the drop and the redrive, by `writer`.
+    let rows = node.rows().await;
+    let tail: Vec<(String, String, String)> = rows[2..]
+        .iter()
+        .map(|r| {
+            let s = |k: &str| r[k].as_str().unwrap().to_owned();
+            (s("action"), s("resource"), s("actor"))
+        })
+        .collect();
+    assert_eq!(
+        tail,
+        vec![
+            (
+                "dead_letter.drop".into(),
+                "sinks/hook/dead-letters/2".into(),
+                "writer".into()
+            ),
+            (
+                "dead_letter.redrive".into(),
+                "sinks/hook/dead-letters/1".into(),
+                "writer".into()
+            ),
+        ]
+    );
+    node.stop().await;
+}
