@@ -133,3 +133,11 @@ pub fn init_logging(level: &str, json: bool) {
         builder.try_init()
     };
 }
+
+/// Register a component's own collector (the lifecycle publisher keeps its metrics beside
+/// it, in `lifecycle::metrics`) in the node's registry, so `/metrics` serves it too.
+pub fn register(collector: Box<dyn prometheus::core::Collector>) {
+    if let Err(e) = metrics().registry.register(collector) {
+        tracing::warn!(error = %e, "metric not registered");
+    }
+}

@@ -93,6 +93,23 @@ async fn status_dead_letters_redrive_and_drop() {
     assert_eq!(s["sinks"][1]["name"], "hook");
     assert_eq!(s["sinks"][1]["dead_lettered"], 2);
     assert_eq!(s["incarnations"].as_array().unwrap().len(), 1);
+    // The same figures as Prometheus metrics, per sink.
+    let metrics = reqwest::get(node.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        r#"ankusa_lifecycle_delivered_total{sink="file"} 2"#,
+        r#"ankusa_lifecycle_dead_lettered_total{sink="hook"} 2"#,
+        r#"ankusa_lifecycle_sink_position{sink="hook"} 2"#,
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "missing {line} in\n{metrics}"
+        );
+    }
 
     let letters = node
         .call(

@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::status::{self, SharedStatus, SinkState, SinkStatus};
-use super::{event, outbox};
+use super::{event, metrics, outbox};
 use crate::audit::{Row, Trail};
 use crate::store::{keys, keys::meta, Entry, StoreError};
 
@@ -177,6 +177,7 @@ impl Lane {
                     self.finish_persist(previous).await;
                 }
                 status::update(&self.status, |s| s.oldest_unconfirmed_at = None);
+                self.report_position();
                 tokio::select! {
                     _ = committed.changed() => {}
                     _ = tokio::time::sleep(self.options.idle) => {}
@@ -189,10 +190,13 @@ impl Lane {
                 s.oldest_unconfirmed_at = batch.first().map(|d| d.0.at)
             });
             let deliveries = self.deliveries(&batch);
-            let (outcomes, read_ahead) = tokio::join!(
-                self.spec.sink.send(&deliveries),
-                self.read_ahead(&deliveries)
-            );
+            let started = std::time::Instant::now();
+            let send = async {
+                let outcomes = self.spec.sink.send(&deliveries).await;
+                metrics::attempted(&self.spec.name, started.elapsed());
+                outcomes
+            };
+            let (outcomes, read_ahead) = tokio::join!(send, self.read_ahead(&deliveries));
             let (to, dead, stop) = self.settle(&batch, &deliveries, &outcomes);
             if to > self.position {
                 // One position write in flight at a time, in order: wait for the previous one.
@@ -220,6 +224,7 @@ impl Lane {
                 Some(Stop::Retry(after, reason)) => {
                     let delay = self.spec.retry.delay(attempt, after);
                     attempt = attempt.saturating_add(1);
+                    metrics::failed(&self.spec.name, &reason, true);
                     status::update(&self.status, |s| {
                         s.state = SinkState::Retrying;
                         s.retries += 1;
@@ -230,6 +235,7 @@ impl Lane {
                     next = self.read(self.position).await;
                 }
                 Some(Stop::Disabled(reason)) => {
+                    metrics::failed(&self.spec.name, "disabled", false);
                     status::update(&self.status, |s| {
                         s.state = SinkState::Disabled;
                         s.last_error = Some(reason.clone());
@@ -288,6 +294,7 @@ impl Lane {
             s.delivered += delivered;
             s.dead_lettered += dead_lettered;
         });
+        metrics::settled(&self.spec.name, delivered, dead_lettered);
         (to, dead, stop)
     }
 
@@ -334,6 +341,7 @@ impl Lane {
                 fail::fail_point!("lifecycle::after_persist");
                 let persisted = self.position;
                 status::update(&self.status, |s| s.position = s.position.max(persisted));
+                self.report_position();
                 return;
             }
             Ok(Err(e)) => e.to_string(),
@@ -343,8 +351,23 @@ impl Lane {
         self.note_error(&format!("persisting the position: {error}"));
     }
 
+    /// Publish the persisted position and the lag (age of the oldest unconfirmed event).
+    fn report_position(&self) {
+        let snapshot = status::snapshot(&self.status);
+        let now = chrono::Utc::now().timestamp_millis().max(0) as u64;
+        let lag = snapshot
+            .oldest_unconfirmed_at
+            .map_or(0, |at| now.saturating_sub(at));
+        metrics::position(
+            &self.spec.name,
+            snapshot.position,
+            Duration::from_millis(lag),
+        );
+    }
+
     fn note_error(&self, error: &str) {
         tracing::error!(sink = %self.spec.name, error, "lifecycle publisher error");
+        metrics::failed(&self.spec.name, "publisher", false);
         status::update(&self.status, |s| s.last_error = Some(error.to_owned()));
     }
 
