@@ -10,6 +10,7 @@ test:  ## Every test (installs what it needs)
 bench: ## Throughput and latency figures, as ratios against raw baselines
 	scripts/deps
 	cargo bench --bench commit
+	cargo bench --bench publish
 
 lint:  ## Formatting and clippy, as CI wants them
 	cargo fmt --all -- --check
