@@ -3,41 +3,15 @@
 
 #[path = "common/api.rs"]
 mod api;
+#[path = "common/lifecycle.rs"]
+mod lifecycle_support;
 
-use std::sync::atomic::{AtomicU16, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use api::*;
-use axum::http::{HeaderMap, StatusCode};
+use lifecycle_support::Receiver;
 use reqwest::Method;
 use serde_json::{json, Value};
-
-/// A webhook receiver whose status the test sets; it keeps the `webhook-id` of every event
-/// it accepted.
-async fn receiver(status: Arc<AtomicU16>, ids: Arc<Mutex<Vec<String>>>) -> String {
-    let app = axum::Router::new().route(
-        "/hook",
-        axum::routing::post(move |headers: HeaderMap| {
-            let (status, ids) = (status.clone(), ids.clone());
-            async move {
-                let code = status.load(Ordering::SeqCst);
-                if code == 200 {
-                    let id = headers
-                        .get("webhook-id")
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or("");
-                    ids.lock().unwrap().push(id.to_owned());
-                }
-                StatusCode::from_u16(code).unwrap()
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    url
-}
 
 async fn eventually(node: &TestNode, path: &str, check: impl Fn(&Value) -> bool) -> Value {
     for _ in 0..500 {
@@ -52,9 +26,7 @@ async fn eventually(node: &TestNode, path: &str, check: impl Fn(&Value) -> bool)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_dead_letters_redrive_and_drop() {
-    let status = Arc::new(AtomicU16::new(400));
-    let ids = Arc::new(Mutex::new(Vec::new()));
-    let url = receiver(status.clone(), ids.clone()).await;
+    let (receiver, url) = Receiver::start(400).await;
     let node = TestNode::start_with(|v| {
         let path = v["node"]["data_dir"].as_str().unwrap().to_owned() + "/events.jsonl";
         v["lifecycle"]["sinks"] = json!(["file", "hook"]);
@@ -173,7 +145,7 @@ async fn status_dead_letters_redrive_and_drop() {
         )
         .await;
     assert_error(&r, 404, "not_found");
-    status.store(200, Ordering::SeqCst);
+    receiver.answer(200);
     let r = node
         .call(
             Method::POST,
@@ -184,7 +156,7 @@ async fn status_dead_letters_redrive_and_drop() {
         .await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.json(), json!({"delivered": 1, "remaining": 0}));
-    assert_eq!(*ids.lock().unwrap(), vec![first_id]);
+    assert_eq!(receiver.ids(), vec![first_id]);
     let empty = node
         .call(
             Method::GET,

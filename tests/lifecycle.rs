@@ -2,21 +2,21 @@
 //! stable ids; positions move only over what a sink confirmed.
 
 mod common;
+#[path = "common/lifecycle.rs"]
+mod lifecycle_support;
 
-use std::sync::atomic::{AtomicU16, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ankusa::audit::{Change, CommitError, Trail};
 use ankusa::lifecycle::dead_letters;
 use ankusa::lifecycle::event::event_id;
-use ankusa::lifecycle::{Publisher, PublisherOptions, SinkSpec, SinkState};
+use ankusa::lifecycle::{PublisherOptions, SinkSpec, SinkState};
 use ankusa::store::{keys, keys::meta, Cf};
 use ankusa_sinks::{FileConfig, FileSink, RetryPolicy, WebhookConfig, WebhookSink};
-use axum::http::{HeaderMap, StatusCode};
 use common::*;
+use lifecycle_support::{wait_for, Receiver, Running};
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
@@ -66,16 +66,6 @@ async fn unflagged(trail: &Trail, i: usize) {
         .unwrap();
 }
 
-async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    for _ in 0..1000 {
-        if done() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("timed out waiting for {what}");
-}
-
 fn read_lines(path: &std::path::Path) -> Vec<Value> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
@@ -105,15 +95,7 @@ async fn ten_thousand_changes_reach_the_file_sink_in_seq_order_with_stable_ids()
             }
         }));
     }
-    let shutdown = CancellationToken::new();
-    let publisher = Publisher::start(
-        trail.clone(),
-        vec![file_sink(&events)],
-        options(),
-        shutdown.clone(),
-    )
-    .await
-    .unwrap();
+    let publisher = Running::start(&trail, vec![file_sink(&events)], options()).await;
     for t in tasks {
         t.await.unwrap();
     }
@@ -146,8 +128,7 @@ async fn ten_thousand_changes_reach_the_file_sink_in_seq_order_with_stable_ids()
             .contains("hunter2"),
         "no secret in any event"
     );
-    shutdown.cancel();
-    publisher.join().await;
+    publisher.stop().await;
     assert_eq!(
         trail.store().meta_u64(&meta::sink_cursor("file")).unwrap(),
         last
@@ -169,32 +150,15 @@ async fn a_restarted_publisher_resumes_after_its_persisted_position() {
             .await
             .unwrap();
     }
-    let shutdown = CancellationToken::new();
-    let p = Publisher::start(
-        trail.clone(),
-        vec![file_sink(&events)],
-        options(),
-        shutdown.clone(),
-    )
-    .await
-    .unwrap();
+    let p = Running::start(&trail, vec![file_sink(&events)], options()).await;
     wait_for("20 events", || p.statuses()[0].position == 20).await;
-    shutdown.cancel();
-    p.join().await;
+    p.stop().await;
     for i in 20..30 {
         create_source(&trail, ctx("a"), &format!("s{i}"), "x")
             .await
             .unwrap();
     }
-    let shutdown = CancellationToken::new();
-    let p = Publisher::start(
-        trail.clone(),
-        vec![file_sink(&events)],
-        options(),
-        shutdown.clone(),
-    )
-    .await
-    .unwrap();
+    let p = Running::start(&trail, vec![file_sink(&events)], options()).await;
     assert_eq!(
         p.statuses()[0].position,
         20,
@@ -210,61 +174,8 @@ async fn a_restarted_publisher_resumes_after_its_persisted_position() {
         seqs, expected,
         "no event lost or repeated across a clean restart"
     );
-    shutdown.cancel();
-    p.join().await;
+    p.stop().await;
     trail.shutdown().await;
-}
-
-/// A webhook receiver whose answer the test sets; it records every delivered event id.
-#[derive(Clone, Default)]
-struct Receiver {
-    status: Arc<AtomicU16>,
-    received: Arc<Mutex<Vec<(String, String)>>>,
-}
-
-impl Receiver {
-    async fn start(status: u16) -> (Receiver, String) {
-        let receiver = Receiver::default();
-        receiver.status.store(status, Ordering::SeqCst);
-        let state = receiver.clone();
-        let app = axum::Router::new().route(
-            "/hook",
-            axum::routing::post(move |headers: HeaderMap| {
-                let state = state.clone();
-                async move {
-                    let code = state.status.load(Ordering::SeqCst);
-                    if code == 200 {
-                        let h = |n: &str| {
-                            headers
-                                .get(n)
-                                .and_then(|v| v.to_str().ok())
-                                .unwrap_or("")
-                                .to_owned()
-                        };
-                        state
-                            .received
-                            .lock()
-                            .unwrap()
-                            .push((h("webhook-id"), h("ce-sequence")));
-                    }
-                    StatusCode::from_u16(code).unwrap()
-                }
-            }),
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/hook", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        (receiver, url)
-    }
-
-    fn sequences(&self) -> Vec<u64> {
-        self.received
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(_, s)| s.parse().unwrap())
-            .collect()
-    }
 }
 
 fn webhook_sink(url: &str) -> SinkSpec {
@@ -297,15 +208,12 @@ async fn a_sink_that_is_down_holds_the_cursor_but_not_the_other_sink() {
                 .unwrap();
         }
     }
-    let shutdown = CancellationToken::new();
-    let p = Publisher::start(
-        trail.clone(),
+    let p = Running::start(
+        &trail,
         vec![file_sink(&events), webhook_sink(&url)],
         options(),
-        shutdown.clone(),
     )
-    .await
-    .unwrap();
+    .await;
     wait_for("the file sink", || p.statuses()[0].position == 40).await;
     wait_for("the webhook sink to retry", || p.statuses()[1].retries >= 3).await;
     assert_eq!(p.statuses()[1].position, 0);
@@ -320,7 +228,7 @@ async fn a_sink_that_is_down_holds_the_cursor_but_not_the_other_sink() {
         40
     );
     // It comes back: it catches up in order, and the cursor follows.
-    receiver.status.store(200, Ordering::SeqCst);
+    receiver.answer(200);
     wait_for("the webhook sink to catch up", || {
         p.statuses()[1].position == 40
     })
@@ -355,8 +263,7 @@ async fn a_sink_that_is_down_holds_the_cursor_but_not_the_other_sink() {
             "webhook-id is the event id"
         );
     }
-    shutdown.cancel();
-    p.join().await;
+    p.stop().await;
     trail.shutdown().await;
 }
 
@@ -366,15 +273,7 @@ async fn an_event_refused_for_good_is_dead_lettered_and_the_sink_moves_on() {
     let trail = open_trail_with_sinks(dir.path(), &["hook"]);
     let (receiver, url) = Receiver::start(400).await;
     create_source(&trail, ctx("a"), "s1", "x").await.unwrap();
-    let shutdown = CancellationToken::new();
-    let p = Publisher::start(
-        trail.clone(),
-        vec![webhook_sink(&url)],
-        options(),
-        shutdown.clone(),
-    )
-    .await
-    .unwrap();
+    let p = Running::start(&trail, vec![webhook_sink(&url)], options()).await;
     wait_for("the dead letter", || p.statuses()[0].position == 1).await;
     assert_eq!(p.statuses()[0].dead_lettered, 1);
     let letter = trail
@@ -388,7 +287,7 @@ async fn an_event_refused_for_good_is_dead_lettered_and_the_sink_moves_on() {
         letter["event"]["id"],
         event_id(trail.history().of(1).id, 1).to_string()
     );
-    receiver.status.store(200, Ordering::SeqCst);
+    receiver.answer(200);
     create_source(&trail, ctx("a"), "s2", "x").await.unwrap();
     wait_for("the next event", || p.statuses()[0].position == 2).await;
     assert_eq!(receiver.sequences(), vec![2]);
@@ -406,13 +305,7 @@ async fn an_event_refused_for_good_is_dead_lettered_and_the_sink_moves_on() {
         }
     );
     assert_eq!(receiver.sequences(), vec![2, 1]);
-    let ids: Vec<String> = receiver
-        .received
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|(id, _)| id.clone())
-        .collect();
+    let ids = receiver.ids();
     assert_eq!(ids[1], event_id(trail.history().of(1).id, 1).to_string());
     assert!(dead_letters::list(trail.store(), "hook", 0, 10)
         .unwrap()
@@ -433,8 +326,7 @@ async fn an_event_refused_for_good_is_dead_lettered_and_the_sink_moves_on() {
         .unwrap_err();
     assert_eq!(err, CommitError::Refused(dead_letters::NoSuchLetter));
     assert_eq!(all_rows(trail.store()).len(), rows.len());
-    shutdown.cancel();
-    p.join().await;
+    p.stop().await;
     trail.shutdown().await;
 }
 
@@ -444,21 +336,12 @@ async fn a_gone_destination_disables_the_sink_at_its_position() {
     let trail = open_trail_with_sinks(dir.path(), &["hook"]);
     let (_receiver, url) = Receiver::start(410).await;
     create_source(&trail, ctx("a"), "s1", "x").await.unwrap();
-    let shutdown = CancellationToken::new();
-    let p = Publisher::start(
-        trail.clone(),
-        vec![webhook_sink(&url)],
-        options(),
-        shutdown.clone(),
-    )
-    .await
-    .unwrap();
+    let p = Running::start(&trail, vec![webhook_sink(&url)], options()).await;
     wait_for("the sink to be disabled", || {
         p.statuses()[0].state == SinkState::Disabled
     })
     .await;
     assert_eq!(p.statuses()[0].position, 0);
-    shutdown.cancel();
-    p.join().await;
+    p.stop().await;
     trail.shutdown().await;
 }

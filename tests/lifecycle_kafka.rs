@@ -3,20 +3,20 @@
 //! the row's key. (`MockCluster` is not `Send`: it stays on the test's thread.)
 
 mod common;
+#[path = "common/lifecycle.rs"]
+mod lifecycle_support;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ankusa::lifecycle::event::event_id;
-use ankusa::lifecycle::{Publisher, PublisherOptions, SinkSpec};
+use ankusa::lifecycle::{PublisherOptions, SinkSpec};
 use ankusa_sinks::{KafkaConfig, KafkaSink, RetryPolicy};
 use common::*;
-use rdkafka::consumer::{Consumer, StreamConsumer};
-use rdkafka::message::{Headers, Message};
+use lifecycle_support::{kafka_headers, kafka_reader, wait_for, Running};
+use rdkafka::message::Message;
 use rdkafka::mocking::MockCluster;
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-use tokio_util::sync::CancellationToken;
 
 const TOPIC: &str = "lifecycle";
 const PARTITIONS: i32 = 4;
@@ -47,7 +47,6 @@ async fn ten_thousand_events_reach_kafka_in_order_per_key_with_stable_ids() {
         t.await.unwrap();
     }
     let sink = KafkaSink::new(KafkaConfig::new(cluster.bootstrap_servers(), TOPIC)).unwrap();
-    let shutdown = CancellationToken::new();
     let spec = SinkSpec {
         name: "kafka".into(),
         sink: Arc::new(sink),
@@ -58,32 +57,10 @@ async fn ten_thousand_events_reach_kafka_in_order_per_key_with_stable_ids() {
         batch: 500,
         idle: Duration::from_millis(50),
     };
-    let publisher = Publisher::start(trail.clone(), vec![spec], options, shutdown.clone())
-        .await
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while publisher.statuses()[0].position < 10_000 {
-        assert!(
-            Instant::now() < deadline,
-            "not delivered: {:?}",
-            publisher.statuses()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let publisher = Running::start(&trail, vec![spec], options).await;
+    wait_for("delivery", || publisher.statuses()[0].position == 10_000).await;
 
-    let consumer: StreamConsumer = ClientConfig::new()
-        .set("bootstrap.servers", cluster.bootstrap_servers())
-        .set("group.id", "reader")
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
-    let mut assignment = TopicPartitionList::new();
-    for p in 0..PARTITIONS {
-        assignment
-            .add_partition_offset(TOPIC, p, Offset::Beginning)
-            .unwrap();
-    }
-    consumer.assign(&assignment).unwrap();
+    let consumer = kafka_reader(&cluster.bootstrap_servers(), TOPIC, PARTITIONS);
     let resources: HashMap<u64, String> = all_rows(trail.store())
         .into_iter()
         .map(|r| (r.seq, r.resource))
@@ -95,18 +72,11 @@ async fn ten_thousand_events_reach_kafka_in_order_per_key_with_stable_ids() {
             .await
             .expect("record")
             .unwrap();
-        let header = |name: &str| {
-            m.headers()
-                .unwrap()
-                .iter()
-                .find(|h| h.key == name)
-                .map(|h| String::from_utf8(h.value.unwrap().to_vec()).unwrap())
-                .unwrap()
-        };
-        let seq: u64 = header("ce_sequence").parse().unwrap();
+        let headers = kafka_headers(&m);
+        let seq: u64 = headers["ce_sequence"].parse().unwrap();
         let key = std::str::from_utf8(m.key().unwrap()).unwrap().to_owned();
         assert_eq!(key, format!("t1/{}", resources[&seq]));
-        assert_eq!(header("ce_id"), event_id(incarnation, seq).to_string());
+        assert_eq!(headers["ce_id"], event_id(incarnation, seq).to_string());
         assert!(!String::from_utf8_lossy(m.payload().unwrap()).contains("hunter2"));
         per_key.entry(key).or_default().push(seq);
     }
@@ -115,7 +85,6 @@ async fn ten_thousand_events_reach_kafka_in_order_per_key_with_stable_ids() {
         assert_eq!(seqs.len(), 100, "{key}: each change exactly once");
         assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{key}: in seq order");
     }
-    shutdown.cancel();
-    publisher.join().await;
+    publisher.stop().await;
     trail.shutdown().await;
 }

@@ -1,0 +1,169 @@
+//! Helpers for the lifecycle tests: a webhook receiver whose answer a test can change
+//! mid-run, a publisher that stops cleanly, and a Kafka reader.
+//!
+//! Included with `#[path = "common/lifecycle.rs"] mod lifecycle_support;`.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::ops::Deref;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ankusa::audit::Trail;
+use ankusa::lifecycle::{Publisher, PublisherOptions, SinkSpec};
+use axum::http::{HeaderMap, StatusCode};
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::{BorrowedMessage, Headers};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use tokio_util::sync::CancellationToken;
+
+/// A webhook receiver on 127.0.0.1:0 answering with the status the test sets; it records
+/// `(webhook-id, ce-sequence)` of every event it accepted (answered 2xx).
+#[derive(Clone, Default)]
+pub struct Receiver {
+    /// The status it answers with.
+    pub status: Arc<AtomicU16>,
+    /// What it accepted, in arrival order.
+    pub received: Arc<Mutex<Vec<(String, String)>>>,
+}
+
+impl Receiver {
+    /// Start a receiver answering `status`; returns it and its URL.
+    pub async fn start(status: u16) -> (Receiver, String) {
+        let receiver = Receiver::default();
+        receiver.status.store(status, Ordering::SeqCst);
+        let state = receiver.clone();
+        let app = axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move |headers: HeaderMap| {
+                let state = state.clone();
+                async move {
+                    let code = state.status.load(Ordering::SeqCst);
+                    if (200..300).contains(&code) {
+                        let h = |n: &str| header(&headers, n);
+                        let entry = (h("webhook-id"), h("ce-sequence"));
+                        state.received.lock().unwrap().push(entry);
+                    }
+                    StatusCode::from_u16(code).unwrap()
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (receiver, url)
+    }
+
+    /// Answer `status` from now on.
+    pub fn answer(&self, status: u16) {
+        self.status.store(status, Ordering::SeqCst);
+    }
+
+    /// The seqs accepted, in arrival order.
+    pub fn sequences(&self) -> Vec<u64> {
+        self.received
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, s)| s.parse().unwrap())
+            .collect()
+    }
+
+    /// The webhook ids accepted, in arrival order.
+    pub fn ids(&self) -> Vec<String> {
+        self.received
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+}
+
+fn header(headers: &HeaderMap, name: &str) -> String {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned()
+}
+
+/// A running publisher that the test stops explicitly.
+pub struct Running {
+    publisher: Publisher,
+    shutdown: CancellationToken,
+}
+
+impl Running {
+    /// Start the publisher on `trail` with `sinks`.
+    pub async fn start(trail: &Trail, sinks: Vec<SinkSpec>, options: PublisherOptions) -> Running {
+        let shutdown = CancellationToken::new();
+        let publisher = Publisher::start(trail.clone(), sinks, options, shutdown.clone())
+            .await
+            .unwrap();
+        Running {
+            publisher,
+            shutdown,
+        }
+    }
+
+    /// Stop every loop and wait for them.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.publisher.join().await;
+    }
+}
+
+impl Deref for Running {
+    type Target = Publisher;
+    fn deref(&self) -> &Publisher {
+        &self.publisher
+    }
+}
+
+/// Poll `done` every 20 ms for up to 20 s.
+pub async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..1000 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+/// A consumer of every partition of `topic` from the beginning.
+pub fn kafka_reader(brokers: &str, topic: &str, partitions: i32) -> StreamConsumer {
+    let consumer: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", format!("reader-{topic}"))
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut assignment = TopicPartitionList::new();
+    for p in 0..partitions {
+        assignment
+            .add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&assignment).unwrap();
+    consumer
+}
+
+/// A record's headers, by name.
+pub fn kafka_headers(m: &BorrowedMessage<'_>) -> HashMap<String, String> {
+    use rdkafka::Message;
+    m.headers()
+        .map(|hs| {
+            hs.iter()
+                .map(|h| {
+                    (
+                        h.key.to_owned(),
+                        String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
