@@ -40,6 +40,8 @@ pub struct NodeConfig {
     pub data_dir: PathBuf,
     /// The node's URI, the `source` of its CloudEvents.
     pub uri: String,
+    /// Where `POST /admin/v1/backups` writes backups (outside `data_dir`).
+    pub backup_dir: PathBuf,
 }
 
 /// `[api]`
@@ -241,6 +243,11 @@ impl Config {
         }
         if self.node.data_dir.as_os_str().is_empty() {
             return invalid("node.data_dir", "must not be empty");
+        }
+        // Inside the store, a restore with --force would move the backups aside with it.
+        let backups = &self.node.backup_dir;
+        if backups.as_os_str().is_empty() || backups.starts_with(&self.node.data_dir) {
+            return invalid("node.backup_dir", "must be set, outside node.data_dir");
         }
         if tracing_subscriber::EnvFilter::try_new(&self.log.level).is_err() {
             return invalid("log.level", "is not a valid level or filter directive");

@@ -31,6 +31,9 @@ enum Command {
     /// Make admin API bearer tokens and their digests for `[[api.tokens]]`.
     #[command(subcommand)]
     Token(cli::token::TokenCommand),
+    /// Back up a stopped store, list backups, restore one.
+    #[command(subcommand)]
+    Backup(cli::backup::BackupCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -52,6 +55,7 @@ fn main() -> ExitCode {
     let result = match args.command {
         Command::Serve => run_serve(config),
         Command::Audit(AuditCommand::Tail(tail)) => cli::tail::run(&config, tail),
+        Command::Backup(backup) => cli::backup::run(&config, backup, &mut std::io::stdout().lock()),
         Command::Token(token) => cli::token::run(
             token,
             &mut std::io::stdin().lock(),

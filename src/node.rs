@@ -68,6 +68,7 @@ pub async fn serve(
         ready: ready.clone(),
         admin: Arc::new(admin),
         lifecycle: publisher.clone(),
+        backup_dir: config.node.backup_dir.clone(),
     };
     let addr = listener.local_addr()?;
     tracing::info!(%addr, seq = *trail.committed().borrow(), "node serving");

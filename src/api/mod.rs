@@ -8,6 +8,7 @@
 
 pub mod audit;
 pub mod auth;
+pub mod backups;
 pub mod context;
 pub mod error;
 pub mod events;
@@ -48,6 +49,8 @@ pub struct AppState {
     pub admin: Arc<AdminState>,
     /// The lifecycle publisher, when lifecycle events are on and sinks are configured.
     pub lifecycle: Option<Arc<crate::lifecycle::Publisher>>,
+    /// Where `POST /admin/v1/backups` puts backups (`node.backup_dir`).
+    pub backup_dir: std::path::PathBuf,
 }
 
 /// The admin API's settings, fixed at start.

@@ -11,7 +11,9 @@ use axum::response::IntoResponse;
 use axum::routing::{self, MethodRouter};
 use axum::Router;
 
-use super::{audit, lifecycle, overrides, quarantine, replay, sources, subject, AppState};
+use super::{
+    audit, backups, lifecycle, overrides, quarantine, replay, sources, subject, AppState,
+};
 use crate::subjects::overrides::Override;
 use crate::subjects::quarantine::Quarantine;
 use crate::subjects::replay::ReplayJob;
@@ -138,7 +140,8 @@ pub fn admin() -> (Router<AppState>, Vec<(Method, &'static str)>) {
     .delete(
         "/admin/v1/lifecycle/sinks/{sink}/dead-letters/{seq}",
         lifecycle::drop_letter,
-    );
+    )
+    .post("/admin/v1/backups", backups::create);
     (table.router, table.routes)
 }
 

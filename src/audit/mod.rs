@@ -11,6 +11,7 @@ mod clock;
 mod context;
 mod hash;
 mod incarnation;
+mod restore;
 mod row;
 mod tx;
 mod usage;
@@ -25,6 +26,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use context::{Context, SYSTEM_ACTOR};
 pub use hash::canonical;
 pub use incarnation::{History, Incarnation};
+pub use restore::{RESTORE_ACTION, RESTORE_RESOURCE};
 pub use row::{decode_row, get, page, Change, Filter, Row, RowResult, ROW_FORMAT};
 pub use tx::Tx;
 pub use usage::Usage;
@@ -111,6 +113,8 @@ impl Trail {
         options: TrailOptions,
         clock: Arc<dyn Clock>,
     ) -> Result<Trail, StoreError> {
+        // A restored store opens its new incarnation before the writer boots or takes a change.
+        restore::open_pending(&store, options.lifecycle, clock.as_ref())?;
         let boot = writer::boot(&store, &options.sinks)?;
         let (requests, rx) = mpsc::channel(options.queue.max(1));
         let (committed_tx, committed) = watch::channel(boot.last_seq);
@@ -208,7 +212,8 @@ impl Trail {
         self.committed.clone()
     }
 
-    /// The incarnation history as of boot.
+    /// The incarnation history as of boot, including the incarnation a restored store opened
+    /// at this boot.
     pub fn history(&self) -> &History {
         &self.history
     }

@@ -1,4 +1,6 @@
-//! Subcommands of the `ankusa` binary other than `serve`: `audit tail` and `token`.
+//! Subcommands of the `ankusa` binary other than `serve`: `audit tail`, `backup` and `token`.
 
+pub mod backup;
+pub mod progress;
 pub mod tail;
 pub mod token;

@@ -4,7 +4,9 @@
 //! `audit` column family are the audit writer's alone (see `crate::audit::writer`); this
 //! module only gives it the handle, the options and the meta codec.
 
+pub mod backup;
 pub mod keys;
+pub mod restore;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -1,0 +1,106 @@
+//! `POST /admin/v1/backups`: back up the running node's store into `node.backup_dir`.
+//!
+//! The backup is taken first, from a checkpoint (see `store::backup`: the writer is never
+//! paused, and the `m:audit_seq` the backup holds is read from the checkpoint itself), then
+//! the `backup.create` row is committed through the writer, saying which backup and which
+//! `m:audit_seq` it holds. So the row comes after everything the backup holds and never names
+//! a backup that does not exist; the backup never holds its own row. A row that cannot be
+//! written (store unavailable, audit backlog) un-makes the backup, like any change whose row
+//! cannot be written. The directory comes from the configuration, never from the caller.
+
+use std::convert::Infallible;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRequest, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::context::WriteContext;
+use super::error::ApiError;
+use super::events;
+use super::extract::ApiJson;
+use super::subject::X_AUDIT_SEQ;
+use super::AppState;
+use crate::audit::{Change, Clock, CommitError, SystemClock};
+use crate::store::backup::{BackupDir, BackupError, BackupInfo};
+
+/// The request body: empty, or a JSON object with no fields (room for options to come).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewBackup {}
+
+/// `POST /admin/v1/backups` (scope `admin:write`): 201 with the backup's id, time, size and
+/// the `m:audit_seq` it holds; `X-Audit-Seq` is the seq of its `backup.create` row.
+pub async fn create(
+    WriteContext(ctx): WriteContext,
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    if !body.is_empty() {
+        // The JSON extractor's refusals (415, 400, 422 naming the field), for a body that is
+        // optional.
+        let mut request = Request::new(Body::from(body));
+        *request.headers_mut() = headers;
+        let ApiJson(NewBackup {}) = ApiJson::<NewBackup>::from_request(request, &()).await?;
+    }
+    let (store, dir) = (state.trail.store().clone(), state.backup_dir.clone());
+    let now = SystemClock.now_ms();
+    let made = tokio::task::spawn_blocking(move || {
+        let mut backups = BackupDir::create(&dir)?;
+        let info = backups.back_up(&store, now)?;
+        Ok::<_, BackupError>((backups, info))
+    })
+    .await?;
+    let (backups, info) = made.map_err(|e| {
+        events::internal_error(&format!("backup failed: {e}"));
+        ApiError::Internal
+    })?;
+    let audit_seq = info.audit_seq.unwrap_or(0);
+    let change = Change::new("backup.create", format!("backups/{}", info.id))
+        .detail("backup_id", info.id)
+        .detail("audit_seq", audit_seq)
+        .detail("size", info.size)
+        .detail("files", info.files);
+    let committed = state
+        .trail
+        .commit(ctx, move |_| Ok::<_, CommitError<Infallible>>((change, ())))
+        .await;
+    match committed {
+        Ok(row) => Ok(created(&info, audit_seq, row.seq)),
+        Err(e) => {
+            let id = info.id;
+            let undone = tokio::task::spawn_blocking(move || backups.discard(id)).await?;
+            if let Err(undo) = undone {
+                events::internal_error(&format!(
+                    "discarding backup {id}, whose row was not written, failed: {undo}"
+                ));
+            }
+            Err(match e {
+                CommitError::AuditBacklog => ApiError::AuditBacklog,
+                CommitError::StoreUnavailable | CommitError::Refused(_) => {
+                    ApiError::StoreUnavailable
+                }
+            })
+        }
+    }
+}
+
+fn created(info: &BackupInfo, audit_seq: u64, row: u64) -> Response {
+    let created_at = chrono::DateTime::from_timestamp(info.timestamp, 0).map(|t| t.to_rfc3339());
+    let body = json!({
+        "id": info.id,
+        "created_at": created_at,
+        "size": info.size,
+        "files": info.files,
+        "audit_seq": audit_seq,
+    });
+    let mut response = (StatusCode::CREATED, Json(body)).into_response();
+    response
+        .headers_mut()
+        .insert(X_AUDIT_SEQ.clone(), HeaderValue::from(row));
+    response
+}

@@ -1,0 +1,149 @@
+//! The first boot after a restore: a new incarnation, before any change is taken.
+//!
+//! A store restored from a backup (`store::restore` leaves `m:incarnation_pending` in it)
+//! will hand out again the seqs that the lost store used after the backup, and some of those
+//! rows were already published: an event id keyed with the old incarnation would then name
+//! two different events. So, before the writer serves, boot appends `{from: m:audit_seq + 1,
+//! fresh id}` to `m:incarnation` and writes the `instance.restore` row (system context, seq
+//! `m:audit_seq + 1`, flagged with its outbox entity `{"incarnation", "restored_seq"}` when
+//! lifecycle events are on: `io.ankusa.instance.restored`), its counters, and the deletion of
+//! the flag, in ONE synced batch. A crash before that write leaves the flag (the next boot does
+//! it all again, with another fresh id that nothing has seen); after it, the finished
+//! incarnation and no flag. Never half.
+//!
+//! Rows of the restored trail keep the incarnation they were published under, so a sink
+//! whose position came back from the backup receives them again with their original ids (and
+//! dedupes them), then the `instance.restored` event, then the new incarnation's rows, whose
+//! ids differ from every id published before although their seqs repeat.
+
+use rocksdb::WriteBatch;
+use serde_json::{json, Map};
+use uuid::Uuid;
+
+use super::clock::Clock;
+use super::incarnation::{History, Incarnation};
+use super::row::{Row, RowResult, ROW_FORMAT};
+use super::usage::Usage;
+use super::SYSTEM_ACTOR;
+use crate::store::backup::last_seq;
+use crate::store::restore::PendingRestore;
+use crate::store::{keys, keys::meta, Cf, Store, StoreError};
+use crate::telemetry;
+
+/// The action of the row a restore leaves (event type `io.ankusa.instance.restored`).
+pub const RESTORE_ACTION: &str = "instance.restore";
+/// The resource of that row: the node itself.
+pub const RESTORE_RESOURCE: &str = "instance";
+
+/// If the store carries `m:incarnation_pending`, open the new incarnation (see the module
+/// doc). Runs before the writer's boot reads the store's meta, so that boot (the trail's
+/// history, last seq, usage, newest event) sees the finished incarnation like any other
+/// state, and the writer takes its first change after it. Reads what it needs itself.
+pub(crate) fn open_pending(
+    store: &Store,
+    lifecycle: bool,
+    clock: &dyn Clock,
+) -> Result<(), StoreError> {
+    let Some(flag) = store.meta(meta::INCARNATION_PENDING)? else {
+        return Ok(());
+    };
+    fail::fail_point!("audit::restore::before_batch");
+    let restored = PendingRestore::decode(&flag);
+    let restored_seq = last_seq(store)?;
+    let seq = restored_seq + 1;
+    let incarnation = Incarnation {
+        from: seq,
+        id: Uuid::new_v4(),
+    };
+    let mut history = match store.meta(meta::INCARNATION)? {
+        Some(bytes) => History::decode(&bytes)?,
+        None => History::first(),
+    };
+    history.0.push(incarnation);
+    let last_at = store
+        .last(Cf::Audit, &[keys::ROW])?
+        .and_then(|(k, _)| keys::decode_row_key(&k))
+        .map_or(0, |(_, at)| at);
+    let at = clock.now_ms().max(last_at);
+    let row = restore_row(seq, at, incarnation.id, restored_seq, restored, lifecycle);
+    let value = serde_json::to_vec(&row).expect("a row always serializes");
+    let entity = lifecycle.then(|| {
+        let e = json!({"incarnation": incarnation.id, "restored_seq": restored_seq});
+        serde_json::to_vec(&e).expect("an entity always serializes")
+    });
+
+    let audit = store.cf(Cf::Audit);
+    let mut batch = WriteBatch::default();
+    batch.put_cf(audit, keys::meta_key(meta::INCARNATION), history.encode());
+    batch.put_cf(audit, keys::row_key(seq, at), &value);
+    fail::fail_point!("audit::restore::in_batch");
+    let mut bytes = keys::ROW_KEY_LEN + value.len();
+    if let Some(entity) = &entity {
+        batch.put_cf(audit, keys::outbox_key(seq), entity);
+        bytes += keys::SEQ_KEY_LEN + entity.len();
+    }
+    batch.put_cf(audit, keys::meta_key(meta::AUDIT_SEQ), seq.to_be_bytes());
+    // The counters move with the row when they were right; otherwise they stay stale (for
+    // another seq) and boot recounts them, this row included.
+    let stored = store.meta(meta::AUDIT_USAGE)?;
+    if let Some(mut usage) = stored.and_then(|u| Usage::decode(&u)) {
+        if usage.seq == restored_seq {
+            usage.rows += 1;
+            usage.bytes += bytes as u64;
+            usage.seq = seq;
+            batch.put_cf(audit, keys::meta_key(meta::AUDIT_USAGE), usage.encode());
+        }
+    }
+    batch.delete_cf(audit, keys::meta_key(meta::INCARNATION_PENDING));
+    // sync = true: the incarnation, its row and the flag's deletion are durable together
+    // before the writer takes the first change of the new incarnation.
+    store.write(batch, true)?;
+    fail::fail_point!("audit::restore::after_batch");
+
+    telemetry::row_committed(&row);
+    tracing::warn!(
+        target: "ankusa::audit",
+        incarnation = %incarnation.id,
+        from = seq,
+        restored_seq,
+        backup_id = restored.map(|r| r.backup_id),
+        "restored store: opened a new incarnation"
+    );
+    Ok(())
+}
+
+/// The `instance.restore` row: who is the node itself, what is the new incarnation.
+fn restore_row(
+    seq: u64,
+    at: u64,
+    incarnation: Uuid,
+    restored_seq: u64,
+    restored: Option<PendingRestore>,
+    publish: bool,
+) -> Row {
+    let mut detail = Map::new();
+    detail.insert("incarnation".into(), json!(incarnation));
+    detail.insert("restored_seq".into(), json!(restored_seq));
+    if let Some(r) = restored {
+        detail.insert("backup_id".into(), json!(r.backup_id));
+        detail.insert("restored_at".into(), json!(r.restored_at));
+    }
+    Row {
+        v: ROW_FORMAT,
+        seq,
+        at,
+        actor: SYSTEM_ACTOR.to_owned(),
+        remote_ip: None,
+        request_id: None,
+        action: RESTORE_ACTION.to_owned(),
+        tenant: None,
+        resource: RESTORE_RESOURCE.to_owned(),
+        detail,
+        before_hash: None,
+        after_hash: None,
+        revision: None,
+        result: RowResult::Ok,
+        publish,
+        refresh: false,
+    }
+}

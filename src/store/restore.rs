@@ -1,0 +1,234 @@
+//! Restoring a backup into a store's directory: all of it, or nothing.
+//!
+//! The backup is verified (every file present), restored into a temporary
+//! sibling of the target (RocksDB checks each file's checksum as it copies it), opened, and
+//! marked with `m:incarnation_pending`; only then is it renamed into place. A failure at any
+//! step removes the temporary directory and leaves the target as it was. The flag is what
+//! makes the next boot open a new incarnation (`audit::restore`): the restored store will
+//! re-issue seqs that the lost one had already published, and their events must get new ids.
+//!
+//! A non-empty target is refused unless forced, and even then only when it is a store that
+//! no process holds; it is moved aside (`<target>.replaced-<time>`), never deleted, so that a
+//! mistaken restore loses nothing.
+
+use std::path::{Path, PathBuf};
+
+use rocksdb::WriteBatch;
+use serde::{Deserialize, Serialize};
+
+use super::backup::{last_seq, remove_dir_if_present, BackupDir, BackupError};
+use super::{keys, keys::meta, Cf, Store};
+
+/// The value of `m:incarnation_pending`: what was restored, for the `instance.restore` row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingRestore {
+    /// The backup restored.
+    pub backup_id: u32,
+    /// The `m:audit_seq` of the restored store.
+    pub restored_seq: u64,
+    /// When it was restored, unix milliseconds.
+    pub restored_at: u64,
+}
+
+impl PendingRestore {
+    /// Decode `m:incarnation_pending` (`None`: not in this format; the flag still counts).
+    pub fn decode(bytes: &[u8]) -> Option<PendingRestore> {
+        serde_json::from_slice(bytes).ok()
+    }
+}
+
+/// What to restore, and where.
+#[derive(Debug, Clone)]
+pub struct RestoreRequest<'a> {
+    /// The backup directory.
+    pub from: &'a Path,
+    /// The backup (`None`: the newest).
+    pub id: Option<u32>,
+    /// The store directory to restore into.
+    pub target: &'a Path,
+    /// Replace a store already at `target` (moved aside).
+    pub force: bool,
+    /// Files of a replaced store that are not the store's but the node's (such as the admin
+    /// token's digest), copied into the restored directory.
+    pub carry: &'a [&'a str],
+}
+
+/// What a restore did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restored {
+    /// The backup restored.
+    pub id: u32,
+    /// The `m:audit_seq` the restored store holds.
+    pub audit_seq: u64,
+    /// Where the replaced store was moved, if one was.
+    pub replaced: Option<PathBuf>,
+}
+
+/// What is at the target now.
+enum Target {
+    Absent,
+    Empty,
+    Store,
+}
+
+/// Restore `req` (see the module doc). `stage` hears what it is doing, for progress.
+pub fn restore(
+    req: &RestoreRequest<'_>,
+    now_ms: u64,
+    stage: &dyn Fn(&str),
+) -> Result<Restored, BackupError> {
+    let target = check_target(req.target, req.force)?;
+    stage("verifying the backup");
+    let mut dir = BackupDir::open(req.from)?;
+    let backup = dir.find(req.id)?;
+    dir.verify(backup.id)?;
+    let tmp = temp_sibling(req.target)?;
+    stage(&format!("restoring backup {}", backup.id));
+    let copied = dir.restore_to(backup.id, &tmp);
+    // RocksDB returns at the first bad file while its copy threads may still be writing the
+    // others into `tmp`: closing the engine joins them, so nothing writes there afterwards.
+    drop(dir);
+    let prepared = copied
+        .and_then(|()| mark_pending(&tmp, backup.id, now_ms))
+        .and_then(|seq| carry(req.target, &tmp, req.carry).map(|()| seq));
+    let audit_seq = match prepared {
+        Ok(seq) => seq,
+        Err(e) => {
+            let _ = remove_dir_if_present(&tmp);
+            return Err(e);
+        }
+    };
+    stage("moving the restored store into place");
+    match swap(&tmp, req.target, target, now_ms) {
+        Ok(replaced) => Ok(Restored {
+            id: backup.id,
+            audit_seq,
+            replaced,
+        }),
+        Err(e) => {
+            let _ = remove_dir_if_present(&tmp);
+            Err(e)
+        }
+    }
+}
+
+fn check_target(path: &Path, force: bool) -> Result<Target, BackupError> {
+    let mut entries = match std::fs::read_dir(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Target::Absent),
+        Err(e) => return Err(BackupError::io(path, e)),
+        Ok(entries) => entries,
+    };
+    if entries.next().is_none() {
+        return Ok(Target::Empty);
+    }
+    let shown = path.display();
+    if !force {
+        return Err(BackupError::Refused(format!(
+            "{shown} is not empty: restore into an empty path, or pass --force to replace the \
+             store there (it is moved aside, not deleted)"
+        )));
+    }
+    if !path.join("CURRENT").is_file() {
+        return Err(BackupError::Refused(format!(
+            "{shown} is not empty and holds no store: not replacing it, even with --force"
+        )));
+    }
+    // A node (or a tool) that has the store open holds its lock: opening it tells. A store
+    // too damaged to open is what restores are for, so any other failure is no refusal.
+    if let Err(e) = Store::open(path) {
+        let message = e.to_string();
+        if message.contains("lock file") || message.contains("lock hold") {
+            return Err(BackupError::Refused(format!(
+                "the store at {shown} is in use (is a node running on it?): stop it first"
+            )));
+        }
+    }
+    Ok(Target::Store)
+}
+
+/// A fresh hidden directory name beside `target`, on its file system (renames are atomic).
+fn temp_sibling(target: &Path) -> Result<PathBuf, BackupError> {
+    let name = target
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| BackupError::Refused(format!("{} is not a store path", target.display())))?;
+    let parent = match target.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&parent).map_err(|e| BackupError::io(&parent, e))?;
+    Ok(parent.join(format!(".{name}.restore-{}", uuid::Uuid::new_v4().simple())))
+}
+
+/// Leave `m:incarnation_pending` in the store restored at `path`; returns its last seq.
+fn mark_pending(path: &Path, backup_id: u32, now_ms: u64) -> Result<u64, BackupError> {
+    let store = Store::open(path)?;
+    let restored_seq = last_seq(&store)?;
+    let flag = PendingRestore {
+        backup_id,
+        restored_seq,
+        restored_at: now_ms,
+    };
+    let mut batch = WriteBatch::default();
+    batch.put_cf(
+        store.cf(Cf::Audit),
+        keys::meta_key(meta::INCARNATION_PENDING),
+        serde_json::to_vec(&flag).expect("a flag always serializes"),
+    );
+    // Synced, and flushed: the directory is complete before it is renamed into place. No
+    // node has this store yet, so this is not a write behind the audit writer's back.
+    store.write(batch, true)?;
+    store.flush()?;
+    Ok(restored_seq)
+}
+
+fn carry(from: &Path, to: &Path, names: &[&str]) -> Result<(), BackupError> {
+    for name in names {
+        let source = from.join(name);
+        if source.is_file() {
+            std::fs::copy(&source, to.join(name)).map_err(|e| BackupError::io(&source, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Put `tmp` at `target`, moving a store there aside first; returns where it went.
+fn swap(
+    tmp: &Path,
+    target: &Path,
+    existing: Target,
+    now_ms: u64,
+) -> Result<Option<PathBuf>, BackupError> {
+    let aside = match existing {
+        Target::Absent => None,
+        Target::Empty => {
+            std::fs::remove_dir(target).map_err(|e| BackupError::io(target, e))?;
+            None
+        }
+        Target::Store => {
+            let stamp = chrono::DateTime::from_timestamp_millis(now_ms as i64)
+                .map(|t| t.format("%Y%m%dT%H%M%S%3f").to_string())
+                .unwrap_or_else(|| now_ms.to_string());
+            let mut name = target.as_os_str().to_owned();
+            name.push(format!(".replaced-{stamp}"));
+            let aside = PathBuf::from(name);
+            std::fs::rename(target, &aside).map_err(|e| BackupError::io(target, e))?;
+            Some(aside)
+        }
+    };
+    if let Err(e) = std::fs::rename(tmp, target) {
+        if let Some(aside) = &aside {
+            let _ = std::fs::rename(aside, target);
+        }
+        return Err(BackupError::io(target, e));
+    }
+    let parent = match target.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    // The renames are durable once the parent directory is synced.
+    std::fs::File::open(parent)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| BackupError::io(parent, e))?;
+    Ok(aside)
+}
