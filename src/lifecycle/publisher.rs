@@ -20,11 +20,20 @@ use tokio_util::sync::CancellationToken;
 
 use super::status::{self, SharedStatus, SinkState, SinkStatus};
 use super::{event, metrics, outbox};
-use crate::audit::{Row, Trail};
+use crate::audit::{History, Row, Trail};
 use crate::store::{keys, keys::meta, Entry, StoreError};
 
-/// A page of the outbox: flagged rows with their entities.
-type Page = Vec<(Row, serde_json::Value)>;
+/// A page of the outbox, its events built off the runtime while the previous page was in
+/// flight.
+#[derive(Default)]
+struct Page {
+    /// The events, in seq order.
+    deliveries: Vec<Delivery>,
+    /// Each event's row commit time (unix ms), aligned with `deliveries`.
+    ats: Vec<u64>,
+    /// The last seq the page covered, including rows whose event could not be built.
+    last: Option<u64>,
+}
 
 /// How the publisher's loops behave.
 #[derive(Debug, Clone)]
@@ -172,7 +181,17 @@ impl Lane {
                 }
                 None => unreachable!("next is refilled on every path"),
             };
-            if batch.is_empty() {
+            if batch.deliveries.is_empty() {
+                if let Some(last) = batch.last.filter(|l| *l > self.position) {
+                    // Only rows whose events cannot be built (logged): pass over them.
+                    self.position = last;
+                    if let Some(previous) = persisting.take() {
+                        self.finish_persist(previous).await;
+                    }
+                    persisting = Some(self.persist(last, Vec::new()));
+                    next = self.read(self.position).await;
+                    continue;
+                }
                 if let Some(previous) = persisting.take() {
                     self.finish_persist(previous).await;
                 }
@@ -187,17 +206,17 @@ impl Lane {
                 continue;
             }
             status::update(&self.status, |s| {
-                s.oldest_unconfirmed_at = batch.first().map(|d| d.0.at)
+                s.oldest_unconfirmed_at = batch.ats.first().copied()
             });
-            let deliveries = self.deliveries(&batch);
+            let deliveries = &batch.deliveries;
             let started = std::time::Instant::now();
             let send = async {
                 let outcomes = self.spec.sink.send(&deliveries).await;
                 metrics::attempted(&self.spec.name, started.elapsed());
                 outcomes
             };
-            let (outcomes, read_ahead) = tokio::join!(send, self.read_ahead(&deliveries));
-            let (to, dead, stop) = self.settle(&batch, &deliveries, &outcomes);
+            let (outcomes, read_ahead) = tokio::join!(send, self.read_ahead(&batch));
+            let (to, dead, stop) = self.settle(&batch, &outcomes);
             if to > self.position {
                 // One position write in flight at a time, in order: wait for the previous one.
                 if let Some(previous) = persisting.take() {
@@ -206,18 +225,14 @@ impl Lane {
                 // A crash here: the sink has these events, the store does not know it yet.
                 fail::fail_point!("lifecycle::before_persist");
                 self.position = to;
-                let trail = self.trail.clone();
-                let name = self.spec.name.clone();
-                persisting = Some(tokio::spawn(
-                    async move { trail.advance(&name, to, dead).await },
-                ));
+                persisting = Some(self.persist(to, dead));
             }
             match stop {
                 None => {
                     attempt = 0;
                     status::update(&self.status, |s| s.state = SinkState::Running);
                     next = match read_ahead {
-                        Some(read) if to == deliveries.last().map_or(0, |d| d.seq) => Some(read),
+                        Some(read) if Some(to) == batch.last => Some(read),
                         _ => self.read(self.position).await,
                     };
                 }
@@ -257,22 +272,17 @@ impl Lane {
 
     /// Classify the outcomes in order: the position moves over delivered and dead-lettered
     /// events up to the first that must be retried.
-    fn settle(
-        &self,
-        batch: &[(Row, serde_json::Value)],
-        deliveries: &[Delivery],
-        outcomes: &[Outcome],
-    ) -> (u64, Vec<Entry>, Option<Stop>) {
+    fn settle(&self, batch: &Page, outcomes: &[Outcome]) -> (u64, Vec<Entry>, Option<Stop>) {
         let mut to = self.position;
         let mut dead = Vec::new();
         let (mut delivered, mut dead_lettered) = (0, 0);
         let mut stop = None;
-        for (i, d) in deliveries.iter().enumerate() {
+        for (i, d) in batch.deliveries.iter().enumerate() {
             match outcomes.get(i) {
                 Some(Outcome::Delivered) => delivered += 1,
                 Some(Outcome::Rejected { reason }) => {
                     tracing::error!(sink = %self.spec.name, seq = d.seq, reason = %reason, "lifecycle event refused for good; dead-lettered");
-                    dead.push(dead_letter(&self.spec.name, d, reason, batch[i].0.at));
+                    dead.push(dead_letter(&self.spec.name, d, reason, batch.ats[i]));
                     dead_lettered += 1;
                 }
                 Some(Outcome::Retry { after, reason }) => {
@@ -290,6 +300,10 @@ impl Lane {
             }
             to = d.seq;
         }
+        if stop.is_none() {
+            // Rows of the page whose events could not be built are passed over too.
+            to = to.max(batch.last.unwrap_or(to));
+        }
         status::update(&self.status, |s| {
             s.delivered += delivered;
             s.dead_lettered += dead_lettered;
@@ -298,39 +312,26 @@ impl Lane {
         (to, dead, stop)
     }
 
-    fn deliveries(&self, batch: &[(Row, serde_json::Value)]) -> Vec<Delivery> {
-        let history = self.trail.history();
-        batch
-            .iter()
-            .filter_map(|(row, entity)| {
-                match event::build(row, entity.clone(), history, &self.options.source) {
-                    Ok(event) => Some(Delivery {
-                        seq: row.seq,
-                        event,
-                    }),
-                    Err(e) => {
-                        tracing::error!(error = %e, "lifecycle event not built; skipped");
-                        None
-                    }
-                }
-            })
-            .collect()
-    }
-
+    /// Read the page after `after` and build its events, off the runtime.
     async fn read(&self, after: u64) -> Option<Result<Page, StoreError>> {
         let store = self.trail.store().clone();
+        let history = self.trail.history().clone();
+        let source = self.options.source.clone();
         let limit = self.options.batch;
+        let built = tokio::task::spawn_blocking(move || {
+            let rows = outbox::read(&store, after, limit)?;
+            Ok(build_page(rows, &history, &source))
+        });
         Some(
-            tokio::task::spawn_blocking(move || outbox::read(&store, after, limit))
+            built
                 .await
                 .unwrap_or_else(|e| Err(StoreError::Unavailable(e.to_string()))),
         )
     }
 
-    /// Read the page after `deliveries` while they are in flight.
-    async fn read_ahead(&self, deliveries: &[Delivery]) -> Option<Result<Page, StoreError>> {
-        let last = deliveries.last()?.seq;
-        self.read(last).await
+    /// Read (and build) the page after `batch` while it is in flight.
+    async fn read_ahead(&self, batch: &Page) -> Option<Result<Page, StoreError>> {
+        self.read(batch.last?).await
     }
 
     /// Wait for the position write in flight (it wrote `self.position`: a new one is only
@@ -338,9 +339,6 @@ impl Lane {
     async fn finish_persist(&self, handle: JoinHandle<Result<(), StoreError>>) {
         let error = match handle.await {
             Ok(Ok(())) => {
-                fail::fail_point!("lifecycle::after_persist");
-                let persisted = self.position;
-                status::update(&self.status, |s| s.position = s.position.max(persisted));
                 self.report_position();
                 return;
             }
@@ -349,6 +347,23 @@ impl Lane {
         };
         // Not persisted: after a restart these events are delivered again, with their ids.
         self.note_error(&format!("persisting the position: {error}"));
+    }
+
+    /// Persist that the sink has everything up to `to` (and dead-lettered `dead`), through
+    /// the writer, in a task of its own so the next delivery overlaps the fsync. The status
+    /// shows the new position as soon as it is durable.
+    fn persist(&self, to: u64, dead: Vec<Entry>) -> JoinHandle<Result<(), StoreError>> {
+        let (trail, name, status) = (
+            self.trail.clone(),
+            self.spec.name.clone(),
+            self.status.clone(),
+        );
+        tokio::spawn(async move {
+            trail.advance(&name, to, dead).await?;
+            fail::fail_point!("lifecycle::after_persist");
+            status::update(&status, |s| s.position = s.position.max(to));
+            Ok(())
+        })
     }
 
     /// Publish the persisted position and the lag (age of the oldest unconfirmed event).
@@ -377,6 +392,27 @@ impl Lane {
             _ = self.shutdown.cancelled() => {}
         }
     }
+}
+
+/// The events of `rows`; a row whose event cannot be built is logged and passed over.
+fn build_page(rows: Vec<(Row, serde_json::Value)>, history: &History, source: &str) -> Page {
+    let mut page = Page {
+        last: rows.last().map(|(row, _)| row.seq),
+        ..Page::default()
+    };
+    for (row, entity) in rows {
+        match event::build(&row, entity, history, source) {
+            Ok(event) => {
+                page.ats.push(row.at);
+                page.deliveries.push(Delivery {
+                    seq: row.seq,
+                    event,
+                });
+            }
+            Err(e) => tracing::error!(error = %e, "lifecycle event not built; passed over"),
+        }
+    }
+    page
 }
 
 /// A dead letter: the event (structured mode) and why it was refused, keyed by sink and seq.

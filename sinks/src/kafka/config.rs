@@ -87,6 +87,11 @@ impl KafkaConfig {
             check_property(key, value)?;
             config.set(key, value);
         }
+        if !self.properties.contains_key("linger.ms") {
+            // The publisher hands over whole batches; waiting librdkafka's default 5 ms for
+            // more records only adds latency. An operator may still set it.
+            config.set("linger.ms", "1");
+        }
         config
             .set("bootstrap.servers", &self.brokers)
             .set("enable.idempotence", "true")
