@@ -40,14 +40,88 @@ pub fn read(store: &Store, after: u64, limit: usize) -> Result<Vec<(Row, Value)>
     if let Some(e) = failure {
         return Err(e);
     }
+    // Each flagged row by seek, through one iterator over the rows.
+    let mut rows: Vec<Option<Result<Row, StoreError>>> = entities.iter().map(|_| None).collect();
+    let seeks = entities
+        .iter()
+        .map(|(seq, _)| keys::row_seek(*seq).to_vec());
+    store.seek_each(Cf::Audit, &[keys::ROW], seeks, |i, k, v| {
+        // The seek lands on the next row when this one is gone: keep only exact hits.
+        if keys::decode_row_key(k).map(|(seq, _)| seq) == Some(entities[i].0) {
+            rows[i] = Some(audit::decode_row(k, v));
+        }
+    })?;
     let mut out = Vec::with_capacity(entities.len());
-    for (seq, entity) in entities {
-        match audit::get(store, seq)? {
-            Some(row) if row.publish => out.push((row, entity)),
+    for ((seq, entity), row) in entities.into_iter().zip(rows) {
+        match row {
+            Some(Ok(row)) if row.publish => out.push((row, entity)),
+            Some(Err(e)) => return Err(e),
             // An entity without its flagged row: retention deletes both in one batch, so
             // this is damage; skip it rather than publish an event no row explains.
             _ => tracing::warn!(seq, "outbox entity without a flagged row; skipped"),
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use rocksdb::WriteBatch;
+    use serde_json::json;
+
+    use super::*;
+    use crate::audit::{Change, CommitError, Context, SystemClock, Trail, TrailOptions};
+
+    async fn change(trail: &Trail, i: u64, flagged: bool) {
+        trail
+            .commit(Context::system(), move |_tx| {
+                let mut c = Change::new("route.create", format!("routes/r{i}"));
+                if flagged {
+                    c = c.entity(json!({"id": i}));
+                }
+                Ok::<_, CommitError<()>>((c, ()))
+            })
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn reads_flagged_rows_in_order_and_passes_over_a_missing_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let trail = Trail::start(
+            store.clone(),
+            TrailOptions::default(),
+            Arc::new(SystemClock),
+        )
+        .unwrap();
+        for (i, flagged) in [(1, true), (2, false), (3, true), (4, true), (5, true)] {
+            change(&trail, i, flagged).await;
+        }
+        let page: Vec<u64> = read(&store, 0, 10)
+            .unwrap()
+            .iter()
+            .map(|(r, _)| r.seq)
+            .collect();
+        assert_eq!(page, vec![1, 3, 4, 5]);
+        assert_eq!(read(&store, 3, 1).unwrap()[0].1, json!({"id": 4}));
+        // Damage: row 4 gone, its entity left behind. Rows 3 and 5 still pair with theirs.
+        let row4 = crate::audit::get(&store, 4).unwrap().unwrap();
+        let mut batch = WriteBatch::default();
+        batch.delete_cf(store.cf(Cf::Audit), keys::row_key(4, row4.at));
+        store.write(batch, true).unwrap();
+        let page = read(&store, 0, 10).unwrap();
+        let pairs: Vec<(u64, Value)> = page.into_iter().map(|(r, e)| (r.seq, e)).collect();
+        assert_eq!(
+            pairs,
+            vec![
+                (1, json!({"id": 1})),
+                (3, json!({"id": 3})),
+                (5, json!({"id": 5}))
+            ]
+        );
+        trail.shutdown().await;
+    }
 }
