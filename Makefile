@@ -11,6 +11,7 @@ bench: ## Throughput and latency figures, as ratios against raw baselines
 	scripts/deps
 	cargo bench --bench commit
 	cargo bench --bench publish
+	cargo bench --bench retention
 
 lint:  ## Formatting and clippy, as CI wants them
 	cargo fmt --all -- --check

@@ -26,6 +26,8 @@ pub struct Config {
     pub node: NodeConfig,
     /// The admin HTTP server.
     pub api: ApiConfig,
+    /// The audit trail's retention and ceilings.
+    pub audit: AuditConfig,
     /// Lifecycle events.
     pub lifecycle: LifecycleConfig,
     /// Logging.
@@ -178,6 +180,74 @@ impl LifecycleConfig {
     }
 }
 
+/// `[audit]`: how long the trail keeps rows, how large it may grow, and how far the
+/// lifecycle sinks may fall behind before operators' changes are refused.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditConfig {
+    /// Rows older than this many days are deleted by the retention sweep, unless a lifecycle
+    /// sink has not confirmed them yet.
+    pub retention_days: u32,
+    /// How often the retention sweep runs (humantime: "1h", "15m").
+    #[serde(with = "humantime_serde")]
+    pub sweep_interval: Duration,
+    /// Rows deleted per sweep batch (one writer batch each; commits run between them).
+    pub sweep_batch: usize,
+    /// Most rows the trail holds; beyond it the oldest published rows are pruned for a new
+    /// change, and if none can be, the change is refused (503 audit_backlog).
+    pub max_rows: u64,
+    /// Most bytes (keys and values of rows and outbox entities) the trail holds; likewise.
+    pub max_bytes: u64,
+    /// Lifecycle events not confirmed by every sink at which an operator's change is refused.
+    pub outbox_max_backlog: u64,
+}
+
+/// The smallest `audit.max_rows`: above one group commit, so a group's own rows never have
+/// to be pruned to make room for each other.
+const MIN_MAX_ROWS: u64 = 10_000;
+/// The smallest `audit.max_bytes` (16 MiB).
+const MIN_MAX_BYTES: u64 = 16 << 20;
+
+impl AuditConfig {
+    /// The trail's limits (`TrailOptions::limits`).
+    pub fn limits(&self) -> crate::audit::Limits {
+        crate::audit::Limits {
+            retention: Duration::from_secs(u64::from(self.retention_days) * 86_400),
+            sweep_interval: self.sweep_interval,
+            sweep_batch: self.sweep_batch,
+            max_rows: self.max_rows,
+            max_bytes: self.max_bytes,
+            outbox_max_backlog: self.outbox_max_backlog,
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if !(1..=36_500).contains(&self.retention_days) {
+            return invalid("audit.retention_days", "must be between 1 and 36500");
+        }
+        if self.sweep_interval < Duration::from_secs(1) {
+            return invalid("audit.sweep_interval", "must be at least 1s");
+        }
+        if !(1..=100_000).contains(&self.sweep_batch) {
+            return invalid("audit.sweep_batch", "must be between 1 and 100000");
+        }
+        if self.max_rows < MIN_MAX_ROWS {
+            return invalid("audit.max_rows", "must be at least 10000");
+        }
+        if self.max_bytes < MIN_MAX_BYTES {
+            return invalid("audit.max_bytes", "must be at least 16777216 (16 MiB)");
+        }
+        if self.outbox_max_backlog == 0 || self.outbox_max_backlog > self.max_rows {
+            // Above max_rows the ceilings would refuse changes first: the limit would be moot.
+            return invalid(
+                "audit.outbox_max_backlog",
+                "must be between 1 and audit.max_rows",
+            );
+        }
+        Ok(())
+    }
+}
+
 /// `[log]`
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -252,6 +322,7 @@ impl Config {
         if tracing_subscriber::EnvFilter::try_new(&self.log.level).is_err() {
             return invalid("log.level", "is not a valid level or filter directive");
         }
+        self.audit.validate()?;
         self.lifecycle.validate()?;
         self.api.validate()?;
         Ok(())
@@ -445,6 +516,43 @@ mod tests {
                           [[api.tokens]]\nname = \"a\"\nsha256 = \"{DIGEST}\"\nscopes = [\"admin:read\"]\n"),
                 "api.tokens.name",
             ),
+        ];
+        for (toml, key) in cases {
+            let err = load_str(toml).unwrap_err().to_string();
+            assert!(err.contains(key), "{toml}: {err}");
+        }
+    }
+
+    #[test]
+    fn audit_defaults_load_and_bad_values_are_refused_by_name() {
+        let c = Config::load_from(None, Env::prefixed("ANKUSA_TEST_NONE_")).unwrap();
+        let limits = c.audit.limits();
+        assert_eq!(
+            limits,
+            crate::audit::Limits::default(),
+            "default.toml and Limits agree"
+        );
+        assert_eq!(c.audit.retention_days, 365);
+        assert_eq!(c.audit.sweep_interval, Duration::from_secs(3600));
+        let c = load_str("[audit]\nretention_days = 30\nsweep_interval = \"15m\"\n").unwrap();
+        assert_eq!(c.audit.limits().retention, Duration::from_secs(30 * 86_400));
+        assert_eq!(c.audit.sweep_interval, Duration::from_secs(900));
+        let cases = [
+            ("[audit]\nretention_days = 0\n", "audit.retention_days"),
+            ("[audit]\nsweep_interval = \"0s\"\n", "audit.sweep_interval"),
+            ("[audit]\nsweep_interval = \"soon\"\n", "sweep_interval"),
+            ("[audit]\nsweep_batch = 0\n", "audit.sweep_batch"),
+            ("[audit]\nmax_rows = 10\n", "audit.max_rows"),
+            ("[audit]\nmax_bytes = 1024\n", "audit.max_bytes"),
+            (
+                "[audit]\noutbox_max_backlog = 0\n",
+                "audit.outbox_max_backlog",
+            ),
+            (
+                "[audit]\nmax_rows = 20000\noutbox_max_backlog = 30000\n",
+                "audit.outbox_max_backlog",
+            ),
+            ("[audit]\nretention = 3\n", "retention"),
         ];
         for (toml, key) in cases {
             let err = load_str(toml).unwrap_err().to_string();

@@ -36,6 +36,7 @@ pub async fn serve(
     let options = TrailOptions {
         lifecycle: config.lifecycle.enabled,
         sinks: lifecycle::configured_sinks(&config.lifecycle),
+        limits: config.audit.limits(),
         ..TrailOptions::default()
     };
     let trail = tokio::task::spawn_blocking(move || -> anyhow::Result<Trail> {
@@ -54,6 +55,7 @@ pub async fn serve(
     .await?
     .context("setting up the admin API's tokens")?;
     let stop_publisher = CancellationToken::new();
+    crate::audit::retention::spawn(trail.clone(), stop_publisher.clone());
     let publisher = lifecycle::start(
         &config.lifecycle,
         &config.node.uri,

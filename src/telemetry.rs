@@ -8,10 +8,11 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, Opts, Registry, TextEncoder,
+    Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry, TextEncoder,
 };
 
-use crate::audit::Row;
+use crate::audit::{Ceilings, Pruned, Row, SweepReport, Usage};
 use crate::store::StoreError;
 
 /// The node's metrics.
@@ -22,6 +23,86 @@ struct Metrics {
     group_rows: Histogram,
     commit_seconds: Histogram,
     write_errors: IntCounter,
+    trail: TrailMetrics,
+}
+
+/// Usage, ceilings, pruning and refusals of the trail.
+struct TrailMetrics {
+    usage_rows: IntGauge,
+    usage_bytes: IntGauge,
+    backlog: IntGauge,
+    ceilings: IntGaugeVec,
+    pruned: IntCounterVec,
+    refused: IntCounterVec,
+    blocked_by_cursor: IntGauge,
+    sweep_seconds: Gauge,
+    recounts: IntCounterVec,
+}
+
+impl TrailMetrics {
+    fn new() -> TrailMetrics {
+        let gauge = |name: &str, help: &str| IntGauge::new(name, help).expect("valid metric");
+        let counters = |name: &str, help: &str, label: &str| {
+            IntCounterVec::new(Opts::new(name, help), &[label]).expect("valid metric")
+        };
+        TrailMetrics {
+            usage_rows: gauge(
+                "audit_usage_rows",
+                "Rows in the audit trail (m:audit_usage)",
+            ),
+            usage_bytes: gauge(
+                "audit_usage_bytes",
+                "Bytes of the audit trail's rows and outbox entities (m:audit_usage)",
+            ),
+            backlog: gauge(
+                "audit_outbox_backlog",
+                "Lifecycle events committed after the cursor (not confirmed by every sink)",
+            ),
+            ceilings: IntGaugeVec::new(
+                Opts::new("audit_ceiling", "Configured ceilings of the audit trail"),
+                &["ceiling"],
+            )
+            .expect("valid metric"),
+            pruned: counters(
+                "audit_pruned_rows_total",
+                "Audit rows deleted, by reason (retention, ceiling)",
+                "reason",
+            ),
+            refused: counters(
+                "audit_refused_total",
+                "Changes refused with audit_backlog, by limit (backlog, ceiling)",
+                "reason",
+            ),
+            blocked_by_cursor: gauge(
+                "audit_retention_blocked_by_cursor",
+                "Expired rows the last sweep kept because a lifecycle sink has not confirmed them",
+            ),
+            sweep_seconds: Gauge::new(
+                "audit_retention_sweep_seconds",
+                "Duration of the last retention sweep",
+            )
+            .expect("valid metric"),
+            recounts: counters(
+                "audit_usage_recounts_total",
+                "Boot-time recounts of m:audit_usage, by why it was not believed",
+                "reason",
+            ),
+        }
+    }
+
+    fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
+        vec![
+            Box::new(self.usage_rows.clone()),
+            Box::new(self.usage_bytes.clone()),
+            Box::new(self.backlog.clone()),
+            Box::new(self.ceilings.clone()),
+            Box::new(self.pruned.clone()),
+            Box::new(self.refused.clone()),
+            Box::new(self.blocked_by_cursor.clone()),
+            Box::new(self.sweep_seconds.clone()),
+            Box::new(self.recounts.clone()),
+        ]
+    }
 }
 
 fn metrics() -> &'static Metrics {
@@ -66,6 +147,10 @@ fn metrics() -> &'static Metrics {
         ] {
             registry.register(m).expect("metric names are unique");
         }
+        let trail = TrailMetrics::new();
+        for m in trail.collectors() {
+            registry.register(m).expect("metric names are unique");
+        }
         Metrics {
             registry,
             rows,
@@ -73,6 +158,7 @@ fn metrics() -> &'static Metrics {
             group_rows,
             commit_seconds,
             write_errors,
+            trail,
         }
     })
 }
@@ -107,6 +193,107 @@ pub fn group_committed(rows: u64, elapsed: Duration) {
 pub fn write_failed(error: &StoreError, rows: u64) {
     metrics().write_errors.inc();
     tracing::error!(target: "ankusa::audit", error = %error, rows, "audit batch not written; changes refused");
+}
+
+/// The trail's usage and outbox backlog after a group commit.
+pub fn trail_usage(usage: &Usage, backlog: u64) {
+    let m = &metrics().trail;
+    m.usage_rows.set(gauge_value(usage.rows));
+    m.usage_bytes.set(gauge_value(usage.bytes));
+    m.backlog.set(gauge_value(backlog));
+}
+
+/// The configured ceilings, at start.
+pub fn ceilings(c: &Ceilings) {
+    let m = &metrics().trail.ceilings;
+    m.with_label_values(&["max_rows"])
+        .set(gauge_value(c.max_rows));
+    m.with_label_values(&["max_bytes"])
+        .set(gauge_value(c.max_bytes));
+    m.with_label_values(&["outbox_max_backlog"])
+        .set(gauge_value(c.outbox_max_backlog));
+}
+
+/// Rows one group commit deleted. Ceiling prunes happen in the commit path, so their event
+/// (the spec's `[:ankusa, :audit, :pruned]`, reason "ceiling") is at debug level; the
+/// retention sweep reports its own once per sweep ([`retention_swept`]).
+pub fn rows_pruned(pruned: &Pruned) {
+    let m = &metrics().trail.pruned;
+    if pruned.ceiling > 0 {
+        m.with_label_values(&["ceiling"]).inc_by(pruned.ceiling);
+        tracing::debug!(
+            target: "ankusa::audit",
+            event = "[:ankusa, :audit, :pruned]",
+            reason = "ceiling",
+            pruned = pruned.ceiling,
+            "audit rows pruned to make room under the ceilings"
+        );
+    }
+    if pruned.retention > 0 {
+        m.with_label_values(&["retention"]).inc_by(pruned.retention);
+    }
+}
+
+/// A change was refused with `AuditBacklog`: `reason` is "backlog" or "ceiling".
+pub fn change_refused(reason: &'static str) {
+    metrics().trail.refused.with_label_values(&[reason]).inc();
+    tracing::debug!(target: "ankusa::audit", reason, "change refused: audit_backlog");
+}
+
+/// A whole retention sweep finished: the spec's `[:ankusa, :audit, :pruned]` (reason
+/// "retention") and `[:ankusa, :audit, :retention]` (`blocked_by_cursor`).
+pub fn retention_swept(report: &SweepReport) {
+    let m = &metrics().trail;
+    m.blocked_by_cursor
+        .set(gauge_value(report.blocked_by_cursor));
+    m.sweep_seconds.set(report.elapsed.as_secs_f64());
+    tracing::info!(
+        target: "ankusa::audit",
+        event = "[:ankusa, :audit, :pruned]",
+        reason = "retention",
+        pruned = report.pruned,
+        bytes = report.bytes,
+        batches = report.batches,
+        elapsed_ms = report.elapsed.as_millis() as u64,
+        compaction_ms = report.compaction.as_millis() as u64,
+        "audit retention sweep pruned rows"
+    );
+    tracing::info!(
+        target: "ankusa::audit",
+        event = "[:ankusa, :audit, :retention]",
+        blocked_by_cursor = report.blocked_by_cursor,
+        cursor = report.cursor,
+        cutoff = report.cutoff,
+        "audit retention sweep done"
+    );
+}
+
+/// A retention sweep failed; the next interval tries again.
+pub fn retention_failed(error: &StoreError) {
+    tracing::warn!(target: "ankusa::audit", error = %error, "audit retention sweep failed; retrying at the next interval");
+}
+
+/// At boot, `m:audit_usage` was not believed (`reason`): the trail is being recounted.
+pub fn usage_recount_started(reason: &'static str, seq: u64) {
+    tracing::warn!(target: "ankusa::audit", reason, seq, "m:audit_usage does not match the trail; recounting");
+}
+
+/// The recount finished.
+pub fn usage_recounted(reason: &'static str, usage: &Usage, elapsed: Duration) {
+    metrics().trail.recounts.with_label_values(&[reason]).inc();
+    tracing::warn!(
+        target: "ankusa::audit",
+        reason,
+        rows = usage.rows,
+        bytes = usage.bytes,
+        elapsed_ms = elapsed.as_millis() as u64,
+        "m:audit_usage recounted"
+    );
+}
+
+/// A u64 figure as an integer gauge value (saturating: gauges are i64).
+fn gauge_value(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
 }
 
 /// The metrics in Prometheus text format.

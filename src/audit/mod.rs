@@ -11,8 +11,12 @@ mod clock;
 mod context;
 mod hash;
 mod incarnation;
+mod limits;
+mod prune;
 mod restore;
+pub mod retention;
 mod row;
+mod stage;
 mod tx;
 mod usage;
 mod writer;
@@ -26,14 +30,18 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use context::{Context, SYSTEM_ACTOR};
 pub use hash::canonical;
 pub use incarnation::{History, Incarnation};
+pub use limits::{Ceilings, Limits, Pruned, TrailStats};
+pub use prune::SweepBatch;
 pub use restore::{RESTORE_ACTION, RESTORE_RESOURCE};
+pub use retention::SweepReport;
 pub use row::{decode_row, get, page, Change, Filter, Row, RowResult, ROW_FORMAT};
 pub use tx::Tx;
-pub use usage::Usage;
+pub use usage::{Mismatch, Usage};
 pub use writer::MAX_GROUP;
 
 use crate::store::{Store, StoreError};
-use writer::{Advance, Fate, Job, Request, Writer};
+use limits::SharedStats;
+use writer::{Advance, Fate, Job, Request, Sweep, Writer};
 
 /// Why a change was not made.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -76,7 +84,10 @@ pub struct TrailOptions {
     /// Requests that may wait for the writer before callers wait to enqueue.
     pub queue: usize,
     /// The configured lifecycle sinks: `m:lifecycle_cursor` is the minimum of their positions.
+    /// While any is configured, no row at or above it is ever deleted.
     pub sinks: Vec<String>,
+    /// Retention, ceilings and the outbox backlog limit (`[audit]`).
+    pub limits: Limits,
 }
 
 impl Default for TrailOptions {
@@ -85,6 +96,7 @@ impl Default for TrailOptions {
             lifecycle: true,
             queue: 8 * MAX_GROUP,
             sinks: Vec::new(),
+            limits: Limits::default(),
         }
     }
 }
@@ -97,6 +109,9 @@ pub struct Trail {
     committed: watch::Receiver<u64>,
     history: History,
     thread: Arc<Mutex<Option<JoinHandle<()>>>>,
+    clock: Arc<dyn Clock>,
+    limits: Limits,
+    stats: SharedStats,
 }
 
 impl std::fmt::Debug for Trail {
@@ -118,17 +133,30 @@ impl Trail {
         let boot = writer::boot(&store, &options.sinks)?;
         let (requests, rx) = mpsc::channel(options.queue.max(1));
         let (committed_tx, committed) = watch::channel(boot.last_seq);
+        let cursor = prune::cursor(&boot.positions);
+        let stats = SharedStats::new(TrailStats {
+            usage: boot.usage,
+            ceilings: options.limits.ceilings(),
+            cursor,
+            backlog: prune::backlog(cursor, boot.last_event),
+            ..TrailStats::default()
+        });
+        crate::telemetry::ceilings(&options.limits.ceilings());
         let writer = Writer {
             store: store.clone(),
             rx,
             hasher: boot.hasher,
-            clock,
+            clock: clock.clone(),
             last_seq: boot.last_seq,
             last_at: boot.last_at,
             usage: boot.usage,
             lifecycle: options.lifecycle,
             committed: committed_tx,
             positions: boot.positions,
+            head: prune::Head::new(boot.usage.from),
+            limits: options.limits,
+            last_event: boot.last_event,
+            stats: stats.clone(),
         };
         let thread = std::thread::Builder::new()
             .name("audit-writer".into())
@@ -143,6 +171,9 @@ impl Trail {
             committed,
             history: boot.history,
             thread: Arc::new(Mutex::new(Some(thread))),
+            clock,
+            limits: options.limits,
+            stats,
         })
     }
 
@@ -199,6 +230,53 @@ impl Trail {
         let closed = || StoreError::Unavailable("the audit writer has stopped".into());
         self.requests.send(request).await.map_err(|_| closed())?;
         answer.await.map_err(|_| closed())?
+    }
+
+    /// Delete up to `max_rows` rows committed before `older_than_ms` (unix ms), oldest first,
+    /// with their outbox entities, in one writer batch; while sinks are configured, never a
+    /// row at or above the lifecycle cursor. One batch of a retention sweep: see
+    /// [`Trail::sweep_now`] for a whole one.
+    pub async fn sweep_batch(
+        &self,
+        older_than_ms: u64,
+        max_rows: usize,
+    ) -> Result<SweepBatch, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let request = Request::Sweep(Sweep {
+            older_than_ms,
+            max_rows,
+            reply,
+        });
+        let closed = || StoreError::Unavailable("the audit writer has stopped".into());
+        self.requests.send(request).await.map_err(|_| closed())?;
+        answer.await.map_err(|_| closed())?
+    }
+
+    /// Run one whole retention sweep now (what the hourly task does): every expired row the
+    /// cursor does not hold back is deleted, in batches of `limits.sweep_batch`.
+    pub async fn sweep_now(&self) -> Result<SweepReport, StoreError> {
+        retention::sweep(self, None).await
+    }
+
+    /// Usage, ceilings, cursor, backlog, pruned and refused counts, as of the writer's last
+    /// write (for `GET /admin/v1/lifecycle`).
+    pub fn stats(&self) -> TrailStats {
+        self.stats.get()
+    }
+
+    /// Rows and bytes of the trail (`m:audit_usage`), as of the writer's last write.
+    pub fn usage(&self) -> Usage {
+        self.stats.get().usage
+    }
+
+    /// The trail's retention and ceilings.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The clock rows are stamped with and retention is measured by.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
     }
 
     /// The store the trail lives in.
@@ -275,6 +353,7 @@ where
     fn complete(self: Box<Self>, fate: Fate) {
         let result = match (self.prepared, fate) {
             (Some(Err(e)), _) => Err(e),
+            (_, Fate::Backlog) => Err(CommitError::AuditBacklog),
             (Some(Ok(value)), Fate::Committed { seq, at }) => Ok(Committed { seq, at, value }),
             _ => Err(CommitError::StoreUnavailable),
         };

@@ -21,7 +21,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 use super::context::Context;
 use super::hash::{SubjectHasher, KEY_LEN};
 use super::incarnation::History;
-use super::row::{Change, Row, RowResult, ROW_FORMAT};
+use super::limits::{Limits, Pruned, SharedStats};
+use super::prune::{self, Head, Pruning, SweepBatch};
+use super::row::{Change, Row};
+use super::stage::Staged;
 use super::tx::{Overlay, Tx};
 use super::usage::Usage;
 use super::Clock;
@@ -43,6 +46,9 @@ pub(crate) enum Fate {
     },
     /// Not written: refused by its own validation, or the batch could not be written.
     Unwritten,
+    /// Refused before it took a seq: the trail is at a ceiling or the outbox backlog is full.
+    /// Nothing of it is written.
+    Backlog,
 }
 
 /// A unit of work for the writer: validate and describe a change, then hear its fate.
@@ -66,6 +72,8 @@ pub(crate) enum Request {
     /// Move a lifecycle sink's position (and with it `m:lifecycle_cursor`), writing the
     /// dead letters of the events it passed over in the same batch.
     Advance(Advance),
+    /// Delete expired rows from the head of the trail: one batch of the retention sweep.
+    Sweep(Sweep),
     /// Finish what is queued, flush, and stop; the sender is answered when done.
     Shutdown(oneshot::Sender<()>),
 }
@@ -82,6 +90,16 @@ pub(crate) struct Advance {
     pub reply: oneshot::Sender<Result<(), StoreError>>,
 }
 
+/// One batch of the retention sweep.
+pub(crate) struct Sweep {
+    /// Rows committed before this (unix ms) are expired.
+    pub older_than_ms: u64,
+    /// Most rows to delete in this batch.
+    pub max_rows: usize,
+    /// Answered once the batch is written.
+    pub reply: oneshot::Sender<Result<SweepBatch, StoreError>>,
+}
+
 /// What the writer found (or made) when it booted.
 pub(crate) struct Boot {
     pub hasher: SubjectHasher,
@@ -90,6 +108,8 @@ pub(crate) struct Boot {
     pub usage: Usage,
     pub history: History,
     pub positions: BTreeMap<String, u64>,
+    /// The seq of the newest row with a lifecycle event (an entity in the outbox).
+    pub last_event: u64,
 }
 
 /// Read the store's meta, making what a new store lacks (`m:audit_key`, the first
@@ -125,24 +145,15 @@ pub(crate) fn boot(store: &Store, sinks: &[String]) -> Result<Boot, StoreError> 
     // Rows and m:audit_seq are written in one batch, so they agree; trust the larger if a
     // damaged store says otherwise, never hand out a seq twice.
     let last_seq = store.meta_u64(meta::AUDIT_SEQ)?.max(row_seq);
-    let stored = store
-        .meta(meta::AUDIT_USAGE)?
-        .and_then(|b| Usage::decode(&b));
-    let usage = match stored {
-        Some(u) if u.seq == last_seq => u,
-        _ => {
-            let started = Instant::now();
-            let u = Usage::recount(store, last_seq)?;
-            tracing::warn!(
-                rows = u.rows,
-                bytes = u.bytes,
-                elapsed_ms = started.elapsed().as_millis() as u64,
-                "m:audit_usage did not match the trail; recounted"
-            );
-            batch.put_cf(audit, keys::meta_key(meta::AUDIT_USAGE), u.encode());
-            u
-        }
-    };
+    // Recounted (and logged) when it does not match the trail: missing, damaged, stale.
+    let (usage, rewrite) = Usage::at_boot(store, last_seq)?;
+    if rewrite {
+        batch.put_cf(audit, keys::meta_key(meta::AUDIT_USAGE), usage.encode());
+    }
+    let last_event = store
+        .last(Cf::Audit, &[keys::OUTBOX])?
+        .and_then(|(k, _)| keys::decode_seq_key(keys::OUTBOX, &k))
+        .unwrap_or(0);
     let mut positions = BTreeMap::new();
     for sink in sinks {
         positions.insert(sink.clone(), store.meta_u64(&meta::sink_cursor(sink))?);
@@ -158,6 +169,7 @@ pub(crate) fn boot(store: &Store, sinks: &[String]) -> Result<Boot, StoreError> 
         usage,
         history,
         positions,
+        last_event,
     })
 }
 
@@ -178,12 +190,52 @@ pub(crate) struct Writer {
     pub committed: watch::Sender<u64>,
     /// The position of every configured lifecycle sink; `m:lifecycle_cursor` is their minimum.
     pub positions: BTreeMap<String, u64>,
+    /// The oldest rows, read ahead, for the ceilings and the retention sweep to delete.
+    pub head: Head,
+    /// Retention and ceilings.
+    pub limits: Limits,
+    /// The seq of the newest row with a lifecycle event: the outbox backlog runs to it.
+    pub last_event: u64,
+    /// What `Trail::stats` reads; updated after every group.
+    pub stats: SharedStats,
+}
+
+/// The group being built: its batch and what it would make of the writer's state.
+pub(super) struct Group {
+    pub(super) batch: WriteBatch,
+    pub(super) overlay: Overlay,
+    pub(super) usage: Usage,
+    pub(super) seq: u64,
+    pub(super) positions: BTreeMap<String, u64>,
+    pub(super) last_event: u64,
+    pub(super) pruned: Pruned,
+    pub(super) refused: u64,
+}
+
+/// What became of a change offered to the group.
+enum Admitted {
+    /// Accepted as this row (boxed: a row is large, the refusals are not).
+    Row(Box<Row>),
+    /// Refused by its own validation (or it failed): the job knows why.
+    Refused,
+    /// Refused by the ceilings or the backlog.
+    Backlog,
 }
 
 /// A request taken into the group being built.
 enum Taken {
     /// A change: its row when accepted, `None` when refused.
-    Change { job: Box<dyn Job>, row: Option<Row> },
+    Change {
+        job: Box<dyn Job>,
+        row: Option<Box<Row>>,
+    },
+    /// A change refused by the ceilings or the backlog.
+    Backlog { job: Box<dyn Job> },
+    /// A retention sweep batch.
+    Sweep {
+        outcome: Result<SweepBatch, StoreError>,
+        reply: oneshot::Sender<Result<SweepBatch, StoreError>>,
+    },
     /// A sink position move.
     Advance {
         sink: String,
@@ -231,166 +283,207 @@ impl Writer {
         }
         let started = Instant::now();
         let at = self.clock.now_ms().max(self.last_at);
-        let mut batch = WriteBatch::default();
-        let mut overlay = Overlay::new();
-        let mut usage = self.usage;
-        let mut seq = self.last_seq;
-        let mut positions = self.positions.clone();
+        let mut g = Group {
+            batch: WriteBatch::default(),
+            overlay: Overlay::new(),
+            usage: self.usage,
+            seq: self.last_seq,
+            positions: self.positions.clone(),
+            last_event: self.last_event,
+            pruned: Pruned::default(),
+            refused: 0,
+        };
         let mut taken = Vec::with_capacity(group.len());
         for request in group {
             match request {
                 Request::Commit { ctx, mut job } => {
-                    let row = self.take_change(
-                        &mut batch,
-                        &mut overlay,
-                        &mut usage,
-                        &mut seq,
-                        at,
-                        &ctx,
-                        &mut *job,
-                    );
-                    taken.push(Taken::Change { job, row });
+                    taken.push(match self.take_change(&mut g, at, &ctx, &mut *job) {
+                        Admitted::Row(row) => Taken::Change {
+                            job,
+                            row: Some(row),
+                        },
+                        Admitted::Refused => Taken::Change { job, row: None },
+                        Admitted::Backlog => Taken::Backlog { job },
+                    });
                 }
                 Request::Advance(advance) => {
                     for (key, value) in &advance.dead_letters {
-                        batch.put_cf(self.store.cf(Cf::DeadLetters), key, value);
+                        g.batch.put_cf(self.store.cf(Cf::DeadLetters), key, value);
                     }
-                    batch.put_cf(
+                    g.batch.put_cf(
                         self.store.cf(Cf::Audit),
                         keys::meta_key(&meta::sink_cursor(&advance.sink)),
                         advance.to.to_be_bytes(),
                     );
-                    positions.insert(advance.sink.clone(), advance.to);
+                    g.positions.insert(advance.sink.clone(), advance.to);
                     taken.push(Taken::Advance {
                         sink: advance.sink,
                         to: advance.to,
                         reply: advance.reply,
                     });
                 }
+                Request::Sweep(sweep) => {
+                    let outcome = self.sweep(&mut g, &sweep);
+                    taken.push(Taken::Sweep {
+                        outcome,
+                        reply: sweep.reply,
+                    });
+                }
                 Request::Shutdown(_) => unreachable!("run() never puts a shutdown in a group"),
             }
         }
-        let rows = seq - self.last_seq;
-        if batch.is_empty() {
-            // Every change in the group was refused: nothing to write.
+        let rows = g.seq - self.last_seq;
+        if g.batch.is_empty() {
+            // Every change in the group was refused and nothing was pruned: nothing to write.
+            self.note(&g, false);
             complete(taken, Ok(at));
             return;
         }
         let audit = self.store.cf(Cf::Audit);
         if rows > 0 {
-            usage.seq = seq;
-            batch.put_cf(audit, keys::meta_key(meta::AUDIT_SEQ), seq.to_be_bytes());
-            batch.put_cf(audit, keys::meta_key(meta::AUDIT_USAGE), usage.encode());
+            g.batch
+                .put_cf(audit, keys::meta_key(meta::AUDIT_SEQ), g.seq.to_be_bytes());
+        }
+        if rows > 0 || self.head.staged() > 0 {
+            // The counters go in the batch that adds or deletes the rows they count (even
+            // deletions staged before a failed read refused the rest).
+            g.usage.seq = g.seq;
+            g.batch
+                .put_cf(audit, keys::meta_key(meta::AUDIT_USAGE), g.usage.encode());
         }
         let advanced = taken.iter().any(|t| matches!(t, Taken::Advance { .. }));
-        if let (true, Some(cursor)) = (advanced, positions.values().min()) {
+        if let (true, Some(cursor)) = (advanced, prune::cursor(&g.positions)) {
             // m:lifecycle_cursor: the last seq every configured sink has confirmed.
-            batch.put_cf(
+            g.batch.put_cf(
                 audit,
                 keys::meta_key(meta::LIFECYCLE_CURSOR),
                 cursor.to_be_bytes(),
             );
         }
-        match self.write(batch) {
+        match self.write(std::mem::take(&mut g.batch)) {
             Ok(()) => {
-                self.last_seq = seq;
+                self.last_seq = g.seq;
                 self.last_at = at;
-                self.usage = usage;
-                self.positions = positions;
+                self.usage = g.usage;
+                self.positions = std::mem::take(&mut g.positions);
+                self.last_event = g.last_event;
+                self.head.written();
+                self.note(&g, true);
                 telemetry::group_committed(rows, started.elapsed());
                 // The watch moves before any caller hears "committed": whoever was told its
                 // seq also sees the watch at or past it.
                 if rows > 0 {
-                    self.committed.send_replace(seq);
+                    self.committed.send_replace(g.seq);
                 }
                 complete(taken, Ok(at));
             }
             Err(e) => {
+                self.head.unwritten();
+                self.note(&g, false);
                 telemetry::write_failed(&e, rows);
                 complete(taken, Err(e));
             }
         }
     }
 
-    /// Validate one change against the group so far; when accepted, give it the next seq and
-    /// put its ops, row and outbox entity into `batch`.
-    #[allow(clippy::too_many_arguments)]
+    /// Offer one change to the group. An operator's change is first checked against the
+    /// outbox backlog; then it validates itself; then the trail is pruned (oldest first,
+    /// below the cursor) to make room for its row under the ceilings, in the group's batch,
+    /// and an operator's change that still does not fit is refused. Accepted, it takes the
+    /// next seq and its ops, row and outbox entity go into the batch. Each change is decided
+    /// against the group so far, so the counters stay exact.
     fn take_change(
-        &self,
-        batch: &mut WriteBatch,
-        overlay: &mut Overlay,
-        usage: &mut Usage,
-        seq: &mut u64,
+        &mut self,
+        g: &mut Group,
         at: u64,
         ctx: &Context,
         job: &mut dyn Job,
-    ) -> Option<Row> {
-        let mut tx = Tx::new(&self.store, overlay);
+    ) -> Admitted {
+        // A change the node makes itself is never refused: it may push the trail over.
+        let exempt = ctx.is_system();
+        let cursor = prune::cursor(&g.positions);
+        if !exempt && prune::backlog(cursor, g.last_event) >= self.limits.outbox_max_backlog {
+            return refuse(g, "backlog");
+        }
+        let mut tx = Tx::new(&self.store, &g.overlay);
         let prepared = catch_unwind(AssertUnwindSafe(|| job.prepare(&mut tx)));
         let ops = tx.into_ops();
         let change = match prepared {
             Ok(Some(change)) => change,
-            Ok(None) => return None,
+            Ok(None) => return Admitted::Refused,
             Err(_) => {
                 // A change's own code panicked: nothing of it is written, the caller hears
                 // StoreUnavailable, and the writer goes on.
                 tracing::error!("a change panicked while being validated; not written");
-                return None;
+                return Admitted::Refused;
             }
         };
-        *seq += 1;
+        let staged = Staged::new(&self.hasher, self.lifecycle, g.seq + 1, at, ctx, change);
+        let mut pruning = Pruning {
+            head: &mut self.head,
+            store: &self.store,
+            batch: &mut g.batch,
+            usage: &mut g.usage,
+            below: prune::below(cursor, self.last_seq),
+        };
+        match pruning.make_room(staged.bytes(), &self.limits) {
+            Ok((pruned, fits)) => {
+                g.pruned.ceiling += pruned;
+                if !fits && !exempt {
+                    return refuse(g, "ceiling");
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "reading the oldest rows failed; change not written");
+                return Admitted::Refused;
+            }
+        }
+        g.seq += 1;
         for (cf, key, value) in ops {
             match &value {
-                Some(v) => batch.put_cf(self.store.cf(cf), &key, v),
-                None => batch.delete_cf(self.store.cf(cf), &key),
+                Some(v) => g.batch.put_cf(self.store.cf(cf), &key, v),
+                None => g.batch.delete_cf(self.store.cf(cf), &key),
             }
-            overlay.insert((cf, key), value);
+            g.overlay.insert((cf, key), value);
         }
-        Some(self.append_row(batch, usage, *seq, at, ctx, change))
+        if staged.is_event() {
+            g.last_event = g.seq;
+        }
+        let row = staged.put(self.store.cf(Cf::Audit), &mut g.batch, &mut g.usage);
+        Admitted::Row(Box::new(row))
     }
 
-    /// Put the row of `change` (and its outbox entity) into `batch`.
-    fn append_row(
-        &self,
-        batch: &mut WriteBatch,
-        usage: &mut Usage,
-        seq: u64,
-        at: u64,
-        ctx: &Context,
-        change: Change,
-    ) -> Row {
-        let audit = self.store.cf(Cf::Audit);
-        let publish = self.lifecycle && change.entity.is_some();
-        let row = Row {
-            v: ROW_FORMAT,
-            seq,
-            at,
-            actor: ctx.actor.clone(),
-            remote_ip: ctx.remote_ip.clone(),
-            request_id: ctx.request_id.clone(),
-            action: change.action,
-            tenant: change.tenant,
-            resource: change.resource,
-            detail: change.detail,
-            before_hash: self.hasher.hash(change.before.as_ref()),
-            after_hash: self.hasher.hash(change.after.as_ref()),
-            revision: change.revision,
-            result: RowResult::Ok,
-            publish,
-            refresh: false,
+    /// One batch of the retention sweep, bounded by the cursor like the ceilings.
+    fn sweep(&mut self, g: &mut Group, sweep: &Sweep) -> Result<SweepBatch, StoreError> {
+        let cursor = prune::cursor(&g.positions);
+        let mut pruning = Pruning {
+            head: &mut self.head,
+            store: &self.store,
+            batch: &mut g.batch,
+            usage: &mut g.usage,
+            below: prune::below(cursor, self.last_seq),
         };
-        let key = keys::row_key(seq, at);
-        let value = serde_json::to_vec(&row).expect("a row always serializes");
-        usage.rows += 1;
-        usage.bytes += (key.len() + value.len()) as u64;
-        batch.put_cf(audit, key, value);
-        if let (true, Some(entity)) = (publish, change.entity) {
-            let key = keys::outbox_key(seq);
-            let value = serde_json::to_vec(&entity).expect("an entity always serializes");
-            usage.bytes += (key.len() + value.len()) as u64;
-            batch.put_cf(audit, key, value);
-        }
-        row
+        let mut done = pruning.sweep(sweep.older_than_ms, sweep.max_rows)?;
+        g.pruned.retention += done.pruned;
+        done.cursor = cursor;
+        Ok(done)
+    }
+
+    /// Tell the stats and the metrics what the group did (`written`: its batch is on disk).
+    fn note(&self, g: &Group, written: bool) {
+        let pruned = if written { g.pruned } else { Pruned::default() };
+        let cursor = prune::cursor(&self.positions);
+        let backlog = prune::backlog(cursor, self.last_event);
+        self.stats.update(|s| {
+            s.usage = self.usage;
+            s.cursor = cursor;
+            s.backlog = backlog;
+            s.refused += g.refused;
+            s.pruned.retention += pruned.retention;
+            s.pruned.ceiling += pruned.ceiling;
+        });
+        telemetry::trail_usage(&self.usage, backlog);
+        telemetry::rows_pruned(&pruned);
     }
 
     fn write(&self, batch: WriteBatch) -> Result<(), StoreError> {
@@ -417,6 +510,14 @@ fn complete(taken: Vec<Taken>, written: Result<u64, StoreError>) {
                 }
                 _ => job.complete(Fate::Unwritten),
             },
+            Taken::Backlog { job } => job.complete(Fate::Backlog),
+            Taken::Sweep { outcome, reply } => {
+                let result = match &written {
+                    Ok(_) => outcome,
+                    Err(e) => Err(StoreError::Unavailable(format!("batch not written: {e}"))),
+                };
+                let _ = reply.send(result);
+            }
             Taken::Advance { sink, to, reply } => {
                 let result = match &written {
                     Ok(_) => {
@@ -429,4 +530,11 @@ fn complete(taken: Vec<Taken>, written: Result<u64, StoreError>) {
             }
         }
     }
+}
+
+/// Refuse a change with `AuditBacklog` (`reason`: which limit) before it takes a seq.
+fn refuse(g: &mut Group, reason: &'static str) -> Admitted {
+    g.refused += 1;
+    telemetry::change_refused(reason);
+    Admitted::Backlog
 }

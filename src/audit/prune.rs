@@ -1,0 +1,355 @@
+//! Deleting rows from the head of the trail, for the ceilings and for retention.
+//!
+//! Both delete the oldest rows first, each with its outbox entity, inside the writer's group
+//! batch, so that `m:audit_usage` moves in the same atomic write as the rows it counts: a
+//! kill -9 leaves both or neither. Neither may delete a row at or above the lifecycle cursor
+//! while sinks are configured (the unseen events of a sink that is down must survive it):
+//! the writer passes that bound as `below`, and [`Head`] never yields a row at or above it.
+//!
+//! The writer keeps one [`Head`] for its whole life. It knows the seq below which every row
+//! is gone (`m:audit_usage`'s `from`), so it seeks straight past the tombstones of earlier
+//! deletions, and it reads the oldest rows ahead in small chunks (keys and value lengths: a
+//! row is never decoded to be deleted), so a change that must make room for itself costs a
+//! pop from a queue, not a scan. Only the writer deletes rows, so what was read ahead stays
+//! true until the writer itself deletes it.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use rocksdb::WriteBatch;
+
+use super::limits::Limits;
+use super::usage::Usage;
+use crate::store::{keys, Cf, Store, StoreError};
+
+/// Rows read ahead at a time.
+const CHUNK: usize = 256;
+
+/// The lifecycle cursor: the lowest position of the configured sinks (`None`: no sink is
+/// configured, and nothing holds rows back).
+pub(crate) fn cursor(positions: &BTreeMap<String, u64>) -> Option<u64> {
+    positions.values().min().copied()
+}
+
+/// The seq below which rows may be deleted: never a row at or above the cursor, and never one
+/// the store does not hold yet (`last_seq` is the last written; a group's own rows are not).
+pub(crate) fn below(cursor: Option<u64>, last_seq: u64) -> u64 {
+    let written = last_seq.saturating_add(1);
+    cursor.map_or(written, |c| c.min(written))
+}
+
+/// Events no sink has confirmed: from the cursor to the newest row with an event. That is
+/// `m:audit_seq` minus the cursor whenever the newest row is an event; rows after the newest
+/// event carry nothing for a sink to confirm (the publisher moves positions over events
+/// only), so they must not count, or a run of unflagged changes would refuse every change
+/// that could move the cursor again.
+pub(crate) fn backlog(cursor: Option<u64>, last_event: u64) -> u64 {
+    cursor.map_or(0, |c| last_event.saturating_sub(c))
+}
+
+/// A row at the head of the trail: what deleting it and counting it out needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Candidate {
+    seq: u64,
+    at: u64,
+    row_bytes: u64,
+    /// The size of its outbox entity, if it has one.
+    entity_bytes: Option<u64>,
+}
+
+impl Candidate {
+    fn bytes(&self) -> u64 {
+        self.row_bytes + self.entity_bytes.unwrap_or(0)
+    }
+}
+
+/// The oldest rows of the trail, read ahead, and what the group being built deleted of them.
+#[derive(Debug)]
+pub(crate) struct Head {
+    /// Every row below this seq is deleted, as of the last written batch.
+    floor: u64,
+    /// The oldest rows not deleted as of the last written batch, in seq order.
+    ahead: VecDeque<Candidate>,
+    /// Every row up to this seq is in `ahead` or deleted: the next read starts after it.
+    scanned: u64,
+    /// How many of `ahead` the group being built deletes (written or forgotten with it).
+    taken: usize,
+}
+
+impl Head {
+    /// The head of a trail whose rows below `from` are all deleted.
+    pub(crate) fn new(from: u64) -> Head {
+        Head {
+            floor: from,
+            ahead: VecDeque::new(),
+            scanned: from.saturating_sub(1),
+            taken: 0,
+        }
+    }
+
+    /// Rows the group being built deletes (staged in its batch, not yet written).
+    pub(crate) fn staged(&self) -> usize {
+        self.taken
+    }
+
+    /// The batch was written: what the group deleted is gone.
+    pub(crate) fn written(&mut self) {
+        if let Some(last) = self.taken.checked_sub(1).and_then(|i| self.ahead.get(i)) {
+            self.floor = last.seq + 1;
+            self.ahead.drain(..self.taken);
+        }
+        self.taken = 0;
+    }
+
+    /// The batch was not written: what the group deleted is still there.
+    pub(crate) fn unwritten(&mut self) {
+        self.taken = 0;
+    }
+
+    /// The oldest row not yet deleted, if its seq is below `below`.
+    fn next(&mut self, store: &Store, below: u64) -> Result<Option<Candidate>, StoreError> {
+        if self.ahead.len() == self.taken && self.scanned.saturating_add(1) < below {
+            self.fill(store, below)?;
+        }
+        Ok(self
+            .ahead
+            .get(self.taken)
+            .copied()
+            .filter(|c| c.seq < below))
+    }
+
+    /// Delete `c` (the row [`Head::next`] returned) in `batch` and count it out of `usage`.
+    fn take(&mut self, c: Candidate, store: &Store, batch: &mut WriteBatch, usage: &mut Usage) {
+        let audit = store.cf(Cf::Audit);
+        batch.delete_cf(audit, keys::row_key(c.seq, c.at));
+        if c.entity_bytes.is_some() {
+            batch.delete_cf(audit, keys::outbox_key(c.seq));
+        }
+        usage.rows = usage.rows.saturating_sub(1);
+        usage.bytes = usage.bytes.saturating_sub(c.bytes());
+        usage.from = c.seq + 1;
+        self.taken += 1;
+    }
+
+    /// Read up to [`CHUNK`] more rows below `below`, with the sizes of their entities.
+    fn fill(&mut self, store: &Store, below: u64) -> Result<(), StoreError> {
+        fail::fail_point!("audit::prune_read", |_| Err(StoreError::Injected(
+            "audit::prune_read".into()
+        )));
+        let start = self.scanned.saturating_add(1).max(self.floor);
+        let mut rows: Vec<Candidate> = Vec::with_capacity(CHUNK);
+        store.scan(Cf::Audit, &[keys::ROW], &keys::row_seek(start), |k, v| {
+            // A key of the row prefix that is not a row key is damage: leave it, read on.
+            let Some((seq, at)) = keys::decode_row_key(k) else {
+                return true;
+            };
+            if seq >= below {
+                return false;
+            }
+            let row_bytes = (k.len() + v.len()) as u64;
+            rows.push(Candidate {
+                seq,
+                at,
+                row_bytes,
+                entity_bytes: None,
+            });
+            rows.len() < CHUNK
+        })?;
+        let (Some(first), Some(last)) = (rows.first().map(|c| c.seq), rows.last().map(|c| c.seq))
+        else {
+            // Nothing is left below the bound (rows committed later have greater seqs).
+            self.scanned = below.saturating_sub(1);
+            return Ok(());
+        };
+        let mut i = 0;
+        store.scan(
+            Cf::Audit,
+            &[keys::OUTBOX],
+            &keys::outbox_key(first),
+            |k, v| {
+                let Some(seq) = keys::decode_seq_key(keys::OUTBOX, k) else {
+                    return true;
+                };
+                if seq > last {
+                    return false;
+                }
+                while i < rows.len() && rows[i].seq < seq {
+                    i += 1;
+                }
+                if let Some(row) = rows.get_mut(i).filter(|r| r.seq == seq) {
+                    row.entity_bytes = Some((k.len() + v.len()) as u64);
+                }
+                true
+            },
+        )?;
+        self.scanned = if rows.len() == CHUNK {
+            last
+        } else {
+            below.saturating_sub(1)
+        };
+        self.ahead.extend(rows);
+        Ok(())
+    }
+}
+
+/// What one sweep batch deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SweepBatch {
+    /// Rows deleted (each with its entity, if it had one).
+    pub pruned: u64,
+    /// Bytes those rows and entities held.
+    pub bytes: u64,
+    /// The batch stopped at its size: more expired rows may be deletable.
+    pub more: bool,
+    /// The lifecycle cursor the batch stopped below (`None`: no sinks, nothing held back).
+    pub cursor: Option<u64>,
+}
+
+/// The rows a group deletes from the head, and the bound it may not reach.
+pub(crate) struct Pruning<'a> {
+    pub head: &'a mut Head,
+    pub store: &'a Store,
+    pub batch: &'a mut WriteBatch,
+    pub usage: &'a mut Usage,
+    /// Only rows with a smaller seq may be deleted (the cursor, or past the last row).
+    pub below: u64,
+}
+
+impl Pruning<'_> {
+    /// Delete the oldest rows until a new row of `need` bytes fits under the ceilings of
+    /// `limits`. Returns the rows deleted and whether it fits. A row that could never fit is
+    /// refused without deleting anything.
+    pub(crate) fn make_room(
+        &mut self,
+        need: u64,
+        limits: &Limits,
+    ) -> Result<(u64, bool), StoreError> {
+        if limits.max_rows == 0 || need > limits.max_bytes {
+            return Ok((0, false));
+        }
+        let mut pruned = 0;
+        while self.usage.rows >= limits.max_rows
+            || self.usage.bytes.saturating_add(need) > limits.max_bytes
+        {
+            match self.head.next(self.store, self.below)? {
+                Some(c) => {
+                    self.head.take(c, self.store, self.batch, self.usage);
+                    pruned += 1;
+                }
+                None => return Ok((pruned, false)),
+            }
+        }
+        Ok((pruned, true))
+    }
+
+    /// Delete up to `max` rows committed before `older_than` (unix ms), oldest first,
+    /// stopping at the first row that is not.
+    pub(crate) fn sweep(&mut self, older_than: u64, max: usize) -> Result<SweepBatch, StoreError> {
+        let mut out = SweepBatch::default();
+        while out.pruned < max as u64 {
+            match self.head.next(self.store, self.below)? {
+                Some(c) if c.at < older_than => {
+                    out.bytes += c.bytes();
+                    self.head.take(c, self.store, self.batch, self.usage);
+                    out.pruned += 1;
+                }
+                _ => return Ok(out),
+            }
+        }
+        out.more = true;
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store with rows 1..=n at `at` = seq * 10, even seqs with an entity.
+    fn store_with(n: u64) -> (tempfile::TempDir, Store, Usage) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut batch = WriteBatch::default();
+        for seq in 1..=n {
+            batch.put_cf(store.cf(Cf::Audit), keys::row_key(seq, seq * 10), b"row");
+            if seq % 2 == 0 {
+                batch.put_cf(store.cf(Cf::Audit), keys::outbox_key(seq), b"entity");
+            }
+        }
+        store.write(batch, false).unwrap();
+        let usage = Usage::recount(&store, n).unwrap();
+        (dir, store, usage)
+    }
+
+    #[test]
+    fn sweep_deletes_oldest_first_below_the_bound_and_counts_exactly() {
+        let (_dir, store, mut usage) = store_with(600);
+        let mut head = Head::new(usage.from);
+        let mut batch = WriteBatch::default();
+        let mut p = Pruning {
+            head: &mut head,
+            store: &store,
+            batch: &mut batch,
+            usage: &mut usage,
+            below: 400,
+        };
+        let first = p.sweep(3_000, 250).unwrap();
+        assert_eq!((first.pruned, first.more), (250, true));
+        // Expired are seqs < 300; the bound is 400: stops at the first fresh row.
+        let second = p.sweep(3_000, 250).unwrap();
+        assert_eq!((second.pruned, second.more), (49, false));
+        store.write(batch, false).unwrap();
+        head.written();
+        assert_eq!(usage, Usage::recount(&store, 600).unwrap());
+        assert_eq!(usage.from, 300);
+        // Past the freshness limit, the bound holds.
+        let mut batch = WriteBatch::default();
+        let mut p = Pruning {
+            head: &mut head,
+            store: &store,
+            batch: &mut batch,
+            usage: &mut usage,
+            below: 400,
+        };
+        assert_eq!(p.sweep(u64::MAX, 1000).unwrap().pruned, 100);
+        store.write(batch, false).unwrap();
+        head.written();
+        assert_eq!(usage, Usage::recount(&store, 600).unwrap());
+        assert_eq!(usage.from, 400);
+    }
+
+    #[test]
+    fn make_room_stops_at_the_bound_and_an_unwritten_batch_is_forgotten() {
+        let (_dir, store, mut usage) = store_with(10);
+        let limits = Limits {
+            max_rows: 5,
+            ..Limits::default()
+        };
+        let mut head = Head::new(usage.from);
+        let before = usage;
+        let mut batch = WriteBatch::default();
+        let mut p = Pruning {
+            head: &mut head,
+            store: &store,
+            batch: &mut batch,
+            usage: &mut usage,
+            below: 4,
+        };
+        assert_eq!(p.make_room(10, &limits).unwrap(), (3, false));
+        assert!(p.make_room(1 << 40, &limits).unwrap() == (0, false));
+        head.unwritten();
+        usage = before;
+        let mut batch = WriteBatch::default();
+        let mut p = Pruning {
+            head: &mut head,
+            store: &store,
+            batch: &mut batch,
+            usage: &mut usage,
+            below: 11,
+        };
+        assert_eq!(p.make_room(10, &limits).unwrap(), (6, true));
+        store.write(batch, false).unwrap();
+        head.written();
+        assert_eq!(usage, Usage::recount(&store, 10).unwrap());
+        assert_eq!(usage.rows, 4);
+    }
+}

@@ -1,0 +1,90 @@
+//! A change's row, built and encoded before it goes into the group's batch.
+//!
+//! The writer needs the row's encoded size before it accepts the change: the ceilings are in
+//! bytes, and room is made (or the change refused) before the row takes its seq. So the row
+//! and its outbox entity are encoded once, here, measured, and put into the batch only if the
+//! change is accepted.
+
+use rocksdb::{ColumnFamily, WriteBatch};
+
+use super::context::Context;
+use super::hash::SubjectHasher;
+use super::row::{Change, Row, RowResult, ROW_FORMAT};
+use super::usage::Usage;
+use crate::store::keys;
+
+/// A row (and its entity) encoded but not yet in a batch.
+pub(crate) struct Staged {
+    row: Row,
+    value: Vec<u8>,
+    entity: Option<Vec<u8>>,
+}
+
+impl Staged {
+    /// The row of `change` as row `seq` at `at`: its subject states hashed (never stored),
+    /// flagged and with its entity when lifecycle events are on and it carries one.
+    pub(crate) fn new(
+        hasher: &SubjectHasher,
+        lifecycle: bool,
+        seq: u64,
+        at: u64,
+        ctx: &Context,
+        change: Change,
+    ) -> Staged {
+        let publish = lifecycle && change.entity.is_some();
+        let row = Row {
+            v: ROW_FORMAT,
+            seq,
+            at,
+            actor: ctx.actor.clone(),
+            remote_ip: ctx.remote_ip.clone(),
+            request_id: ctx.request_id.clone(),
+            action: change.action,
+            tenant: change.tenant,
+            resource: change.resource,
+            detail: change.detail,
+            before_hash: hasher.hash(change.before.as_ref()),
+            after_hash: hasher.hash(change.after.as_ref()),
+            revision: change.revision,
+            result: RowResult::Ok,
+            publish,
+            refresh: false,
+        };
+        let value = serde_json::to_vec(&row).expect("a row always serializes");
+        let entity = match (publish, change.entity) {
+            (true, Some(e)) => Some(serde_json::to_vec(&e).expect("an entity always serializes")),
+            _ => None,
+        };
+        Staged { row, value, entity }
+    }
+
+    /// Whether it is a lifecycle event.
+    pub(crate) fn is_event(&self) -> bool {
+        self.row.publish
+    }
+
+    /// The bytes it adds to the trail, keys and values, as `m:audit_usage` counts them.
+    pub(crate) fn bytes(&self) -> u64 {
+        let entity = self
+            .entity
+            .as_ref()
+            .map_or(0, |e| keys::SEQ_KEY_LEN + e.len());
+        (keys::ROW_KEY_LEN + self.value.len() + entity) as u64
+    }
+
+    /// Put it into `batch` and count it into `usage`.
+    pub(crate) fn put(
+        self,
+        audit: &ColumnFamily,
+        batch: &mut WriteBatch,
+        usage: &mut Usage,
+    ) -> Row {
+        usage.rows += 1;
+        usage.bytes += self.bytes();
+        batch.put_cf(audit, keys::row_key(self.row.seq, self.row.at), &self.value);
+        if let Some(entity) = &self.entity {
+            batch.put_cf(audit, keys::outbox_key(self.row.seq), entity);
+        }
+        self.row
+    }
+}
