@@ -31,7 +31,10 @@ struct Page {
     deliveries: Vec<Delivery>,
     /// Each event's row commit time (unix ms), aligned with `deliveries`.
     ats: Vec<u64>,
-    /// The last seq the page covered, including rows whose event could not be built.
+    /// The last seq the page covers: its last row (whether or not its event could be built),
+    /// or, when the page is not full, the last committed seq (every row up to it was
+    /// visible, so none after the page's rows is flagged). Moving the position over it lets
+    /// retention and the backlog ceiling see past a run of changes that publish nothing.
     last: Option<u64>,
 }
 
@@ -183,7 +186,8 @@ impl Lane {
             };
             if batch.deliveries.is_empty() {
                 if let Some(last) = batch.last.filter(|l| *l > self.position) {
-                    // Only rows whose events cannot be built (logged): pass over them.
+                    // Nothing to send up to `last` (rows that publish nothing, or whose
+                    // events cannot be built, logged): pass over them.
                     self.position = last;
                     if let Some(previous) = persisting.take() {
                         self.finish_persist(previous).await;
@@ -211,7 +215,7 @@ impl Lane {
             let deliveries = &batch.deliveries;
             let started = std::time::Instant::now();
             let send = async {
-                let outcomes = self.spec.sink.send(&deliveries).await;
+                let outcomes = self.spec.sink.send(deliveries).await;
                 metrics::attempted(&self.spec.name, started.elapsed());
                 outcomes
             };
@@ -318,9 +322,16 @@ impl Lane {
         let history = self.trail.history().clone();
         let source = self.options.source.clone();
         let limit = self.options.batch;
+        // Read before the outbox: every row up to it is already in the store.
+        let committed = *self.trail.committed().borrow();
         let built = tokio::task::spawn_blocking(move || {
             let rows = outbox::read(&store, after, limit)?;
-            Ok(build_page(rows, &history, &source))
+            let full = rows.len() >= limit;
+            let mut page = build_page(rows, &history, &source);
+            if !full && committed > after {
+                page.last = Some(page.last.unwrap_or(0).max(committed));
+            }
+            Ok(page)
         });
         Some(
             built

@@ -314,11 +314,17 @@ fn cf_options(cf: Cf) -> Options {
     table.set_block_cache(block_cache());
     // Point reads of subjects and meta keys: a bloom filter saves a disk read on a miss.
     table.set_bloom_filter(10.0, false);
+    // Index and filter blocks live in the shared cache too, so its size bounds them.
+    table.set_cache_index_and_filter_blocks(true);
+    table.set_pin_l0_filter_and_index_blocks_in_cache(true);
     opts.set_block_based_table_factory(&table);
+    // A memtable allocates its arena in blocks of this size: small blocks keep a family
+    // that sees few writes (meta, positions, subjects) from holding megabytes.
+    opts.set_arena_block_size(1 << 20);
     if cf == Cf::Audit {
         // The trail is append-mostly and scanned in order; larger memtables mean fewer,
         // larger flushes under group commit.
-        opts.set_write_buffer_size(64 << 20);
+        opts.set_write_buffer_size(32 << 20);
     }
     opts
 }
