@@ -65,6 +65,9 @@ async fn status_dead_letters_redrive_and_drop() {
     assert_eq!(s["sinks"][1]["name"], "hook");
     assert_eq!(s["sinks"][1]["dead_lettered"], 2);
     assert_eq!(s["incarnations"].as_array().unwrap().len(), 1);
+    assert_eq!(s["trail"]["usage"]["rows"], 2);
+    assert_eq!(s["trail"]["ceilings"]["max_rows"], 10_000_000);
+    assert_eq!(s["trail"]["refused"], 0);
     // The same figures as Prometheus metrics, per sink.
     let metrics = reqwest::get(node.url("/metrics"))
         .await

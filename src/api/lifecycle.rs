@@ -30,7 +30,8 @@ pub struct LetterQuery {
 }
 
 /// `GET /admin/v1/lifecycle`: the global cursor, the last seq, the backlog, every sink's
-/// position and state, and the incarnation history.
+/// position and state, the incarnation history, and the trail's usage against its ceilings
+/// (rows, bytes, refusals, pruned rows, rows held back by the cursor).
 pub async fn status(
     _: Authorized<AdminRead>,
     State(state): State<AppState>,
@@ -60,6 +61,7 @@ pub async fn status(
         "backlog": backlog,
         "sinks": sinks,
         "incarnations": state.trail.history(),
+        "trail": state.trail.stats(),
     })))
 }
 
