@@ -14,6 +14,8 @@ use crate::audit::{SystemClock, Trail, TrailOptions};
 use crate::config::Config;
 use crate::lifecycle;
 use crate::store::Store;
+use crate::subjects::routes;
+use crate::subjects::sources_remote::RemoteSources;
 
 /// Run the node with `config` until `shutdown` resolves.
 pub async fn run(
@@ -56,6 +58,19 @@ pub async fn serve(
     .context("setting up the admin API's tokens")?;
     let stop_publisher = CancellationToken::new();
     crate::audit::retention::spawn(trail.clone(), stop_publisher.clone());
+    // Routes live in the route store; pending rows of their dual writes (left by a crash, or
+    // dropped by a caller) are settled by reading the route back, while the node serves.
+    let route_store = routes::open(&config.routes).context("opening the route store")?;
+    let routes = routes::Routes::new(route_store, trail.clone());
+    let sources =
+        RemoteSources::open(&config.sources, &trail).context("opening the source store")?;
+    let mut reconcilers = routes.reconcilers();
+    reconcilers.extend(sources.iter().flat_map(|s| s.reconcilers()));
+    let settlement = trail.start_settlement(
+        reconcilers,
+        config.settlement.options(),
+        stop_publisher.clone(),
+    );
     let publisher = lifecycle::start(
         &config.lifecycle,
         &config.node.uri,
@@ -71,6 +86,8 @@ pub async fn serve(
         admin: Arc::new(admin),
         lifecycle: publisher.clone(),
         backup_dir: config.node.backup_dir.clone(),
+        routes,
+        sources,
     };
     let addr = listener.local_addr()?;
     tracing::info!(%addr, seq = *trail.committed().borrow(), "node serving");
@@ -86,6 +103,9 @@ pub async fn serve(
     stop_publisher.cancel();
     if let Some(publisher) = publisher {
         publisher.join().await;
+    }
+    if let Some(settlement) = settlement {
+        let _ = settlement.await;
     }
     trail.shutdown().await;
     tracing::info!("store closed");

@@ -20,6 +20,7 @@ pub mod replay;
 pub mod routes;
 pub mod sources;
 pub mod subject;
+pub mod tenant_routes;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -51,6 +52,10 @@ pub struct AppState {
     pub lifecycle: Option<Arc<crate::lifecycle::Publisher>>,
     /// Where `POST /admin/v1/backups` puts backups (`node.backup_dir`).
     pub backup_dir: std::path::PathBuf,
+    /// The route store, and the trail its changes are recorded in.
+    pub routes: crate::subjects::routes::Routes,
+    /// The sources' Redis store when `[sources] store = "redis"` (`None`: they are local).
+    pub sources: Option<crate::subjects::sources_remote::RemoteSources>,
 }
 
 /// The admin API's settings, fixed at start.

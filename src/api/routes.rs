@@ -12,12 +12,12 @@ use axum::routing::{self, MethodRouter};
 use axum::Router;
 
 use super::{
-    audit, backups, lifecycle, overrides, quarantine, replay, sources, subject, AppState,
+    audit, backups, lifecycle, overrides, quarantine, replay, sources, subject, tenant_routes,
+    AppState,
 };
 use crate::subjects::overrides::Override;
 use crate::subjects::quarantine::Quarantine;
 use crate::subjects::replay::ReplayJob;
-use crate::subjects::sources::Source;
 
 /// Every admin route starts with this.
 pub const PREFIX: &str = "/admin/v1";
@@ -76,17 +76,22 @@ pub fn admin() -> (Router<AppState>, Vec<(Method, &'static str)>) {
         routes: Vec::new(),
     }
     .get("/admin/v1/openapi.json", openapi)
-    .get(
-        "/admin/v1/tenants/{tenant}/sources",
-        subject::list::<Source>,
-    )
+    .get("/admin/v1/tenants/{tenant}/sources", sources::list)
     .post("/admin/v1/tenants/{tenant}/sources", sources::create)
-    .get(
-        "/admin/v1/tenants/{tenant}/sources/{id}",
-        subject::get::<Source>,
-    )
+    .get("/admin/v1/tenants/{tenant}/sources/{id}", sources::get)
     .patch("/admin/v1/tenants/{tenant}/sources/{id}", sources::update)
     .delete("/admin/v1/tenants/{tenant}/sources/{id}", sources::delete)
+    .get("/admin/v1/tenants/{tenant}/routes", tenant_routes::list)
+    .post("/admin/v1/tenants/{tenant}/routes", tenant_routes::create)
+    .get("/admin/v1/tenants/{tenant}/routes/{id}", tenant_routes::get)
+    .patch(
+        "/admin/v1/tenants/{tenant}/routes/{id}",
+        tenant_routes::update,
+    )
+    .delete(
+        "/admin/v1/tenants/{tenant}/routes/{id}",
+        tenant_routes::delete,
+    )
     .get(
         "/admin/v1/tenants/{tenant}/overrides",
         subject::list::<Override>,

@@ -1,16 +1,61 @@
 //! `/admin/v1/tenants/{tenant}/sources`: create, read, list, patch and delete API-managed
 //! sources. The secret is write-only: every answer carries it as `"[redacted]"`.
+//!
+//! Sources live in this node's store, or in Redis when `[sources] store = "redis"`
+//! (`AppState::sources`); each handler goes to the one configured, with the same answers.
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
+use axum::Json;
+use serde_json::json;
 
+use super::auth::{AdminRead, Authorized};
 use super::context::WriteContext;
 use super::error::ApiError;
+use super::extract::ApiQuery;
 use super::extract::{ApiJson, ApiPath, IfMatchHeader};
-use super::subject::written;
+use super::subject::{self, page_limit, written, PageQuery};
 use super::AppState;
-use crate::subjects::sources::{self, NewSource, SourcePatch};
+use crate::subjects::sources::{self, NewSource, Source, SourcePatch};
+use crate::subjects::Outcome;
+
+/// `GET`: one page of the tenant's sources, in id order.
+pub async fn list(
+    auth: Authorized<AdminRead>,
+    State(state): State<AppState>,
+    ApiPath(tenant): ApiPath<String>,
+    ApiQuery(query): ApiQuery<PageQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let Some(remote) = state.sources.clone() else {
+        return subject::list::<Source>(auth, State(state), ApiPath(tenant), ApiQuery(query)).await;
+    };
+    let limit = page_limit(query.limit)?;
+    let page = remote.list(&tenant, query.after.as_deref(), limit).await?;
+    Ok(Json(json!({"items": page.items, "next": page.next})))
+}
+
+/// `GET .../{id}`: one source, with its revision as `ETag`.
+pub async fn get(
+    auth: Authorized<AdminRead>,
+    State(state): State<AppState>,
+    ApiPath((tenant, id)): ApiPath<(String, String)>,
+) -> Result<Response, ApiError> {
+    let Some(remote) = state.sources.clone() else {
+        return subject::get::<Source>(auth, State(state), ApiPath((tenant, id))).await;
+    };
+    let view = remote
+        .get(&tenant, &id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("sources/{id} does not exist")))?;
+    let revision = view.as_value()["revision"].as_u64().unwrap_or(0);
+    let outcome = Outcome {
+        seq: None,
+        revision,
+        view: Some(view),
+    };
+    Ok(written(StatusCode::OK, outcome))
+}
 
 /// `POST`: create a source (201; 409 `already_exists`).
 pub async fn create(
@@ -19,7 +64,10 @@ pub async fn create(
     ApiPath(tenant): ApiPath<String>,
     ApiJson(body): ApiJson<NewSource>,
 ) -> Result<Response, ApiError> {
-    let outcome = sources::create(&state.trail, ctx, tenant, body).await?;
+    let outcome = match &state.sources {
+        Some(remote) => remote.create(ctx, tenant, body).await?,
+        None => sources::create(&state.trail, ctx, tenant, body).await?,
+    };
     Ok(written(StatusCode::CREATED, outcome))
 }
 
@@ -31,7 +79,10 @@ pub async fn update(
     IfMatchHeader(if_match): IfMatchHeader,
     ApiJson(body): ApiJson<SourcePatch>,
 ) -> Result<Response, ApiError> {
-    let outcome = sources::update(&state.trail, ctx, tenant, id, body, if_match).await?;
+    let outcome = match &state.sources {
+        Some(remote) => remote.update(ctx, tenant, id, body, if_match).await?,
+        None => sources::update(&state.trail, ctx, tenant, id, body, if_match).await?,
+    };
     Ok(written(StatusCode::OK, outcome))
 }
 
@@ -42,6 +93,9 @@ pub async fn delete(
     ApiPath((tenant, id)): ApiPath<(String, String)>,
     IfMatchHeader(if_match): IfMatchHeader,
 ) -> Result<Response, ApiError> {
-    let outcome = sources::delete(&state.trail, ctx, tenant, id, if_match).await?;
+    let outcome = match &state.sources {
+        Some(remote) => remote.delete(ctx, tenant, id, if_match).await?,
+        None => sources::delete(&state.trail, ctx, tenant, id, if_match).await?,
+    };
     Ok(written(StatusCode::NO_CONTENT, outcome))
 }

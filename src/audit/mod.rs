@@ -9,13 +9,16 @@
 
 mod clock;
 mod context;
+mod dual;
 mod hash;
 mod incarnation;
 mod limits;
+mod pending;
 mod prune;
 mod restore;
 pub mod retention;
 mod row;
+mod settle;
 mod stage;
 mod tx;
 mod usage;
@@ -28,13 +31,16 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use context::{Context, SYSTEM_ACTOR};
+pub use dual::{Finish, Pending, Recorded};
 pub use hash::canonical;
 pub use incarnation::{History, Incarnation};
 pub use limits::{Ceilings, Limits, Pruned, TrailStats};
+pub use pending::{decode_pending, pending_rows, PendingRow, Settled, PENDING_FORMAT};
 pub use prune::SweepBatch;
 pub use restore::{RESTORE_ACTION, RESTORE_RESOURCE};
 pub use retention::SweepReport;
 pub use row::{decode_row, get, page, Change, Filter, Row, RowResult, ROW_FORMAT};
+pub use settle::{Present, Reconcile, Reconcilers, SettleOptions};
 pub use tx::Tx;
 pub use usage::{Mismatch, Usage};
 pub use writer::MAX_GROUP;
@@ -112,6 +118,8 @@ pub struct Trail {
     clock: Arc<dyn Clock>,
     limits: Limits,
     stats: SharedStats,
+    /// Dual writes: where dropped `Pending`s go, and the boot's last pending id.
+    dual: Arc<dual::DualState>,
 }
 
 impl std::fmt::Debug for Trail {
@@ -131,6 +139,7 @@ impl Trail {
         // A restored store opens its new incarnation before the writer boots or takes a change.
         restore::open_pending(&store, options.lifecycle, clock.as_ref())?;
         let boot = writer::boot(&store, &options.sinks)?;
+        let last_pending = pending::last_id(&store)?;
         let (requests, rx) = mpsc::channel(options.queue.max(1));
         let (committed_tx, committed) = watch::channel(boot.last_seq);
         let cursor = prune::cursor(&boot.positions);
@@ -157,6 +166,7 @@ impl Trail {
             limits: options.limits,
             last_event: boot.last_event,
             stats: stats.clone(),
+            pending: last_pending,
         };
         let thread = std::thread::Builder::new()
             .name("audit-writer".into())
@@ -174,6 +184,7 @@ impl Trail {
             clock,
             limits: options.limits,
             stats,
+            dual: Arc::new(dual::DualState::new(last_pending)),
         })
     }
 

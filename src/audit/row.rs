@@ -90,6 +90,9 @@ pub struct Change {
     pub revision: Option<u64>,
     /// The redacted entity a lifecycle event carries (routes and sources only).
     pub entity: Option<Value>,
+    /// For a dual write: the subject's kind (`route`) and where its store finds it, so that
+    /// settlement can read its present state (see [`crate::audit::Reconcile`]).
+    pub locator: Option<(String, Value)>,
 }
 
 impl Change {
@@ -130,6 +133,13 @@ impl Change {
     /// Set the redacted lifecycle entity.
     pub fn entity(mut self, entity: Value) -> Change {
         self.entity = Some(entity);
+        self
+    }
+
+    /// Say where settlement finds the subject of a dual write: its `kind` names the
+    /// reconciler, `locator` is what that reconciler is given.
+    pub fn locate(mut self, kind: impl Into<String>, locator: Value) -> Change {
+        self.locator = Some((kind.into(), locator));
         self
     }
 }

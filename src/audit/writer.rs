@@ -22,6 +22,7 @@ use super::context::Context;
 use super::hash::{SubjectHasher, KEY_LEN};
 use super::incarnation::History;
 use super::limits::{Limits, Pruned, SharedStats};
+use super::pending::{self, Answer};
 use super::prune::{self, Head, Pruning, SweepBatch};
 use super::row::{Change, Row};
 use super::stage::Staged;
@@ -74,6 +75,12 @@ pub(crate) enum Request {
     Advance(Advance),
     /// Delete expired rows from the head of the trail: one batch of the retention sweep.
     Sweep(Sweep),
+    /// Write the pending row of a dual write (see `pending.rs`).
+    Begin(Box<pending::Begin>),
+    /// Move a pending row into the trail with its caller's outcome.
+    Finish(pending::FinishReq),
+    /// Move a pending row into the trail with what settlement found.
+    Settle(pending::SettleReq),
     /// Finish what is queued, flush, and stop; the sender is answered when done.
     Shutdown(oneshot::Sender<()>),
 }
@@ -198,6 +205,8 @@ pub(crate) struct Writer {
     pub last_event: u64,
     /// What `Trail::stats` reads; updated after every group.
     pub stats: SharedStats,
+    /// The last pending id handed out (`m:pending_seq`).
+    pub pending: u64,
 }
 
 /// The group being built: its batch and what it would make of the writer's state.
@@ -242,6 +251,8 @@ enum Taken {
         to: u64,
         reply: oneshot::Sender<Result<(), StoreError>>,
     },
+    /// A dual write's begin, finish or settlement.
+    Pending(Answer),
 }
 
 impl Writer {
@@ -328,6 +339,15 @@ impl Writer {
                         outcome,
                         reply: sweep.reply,
                     });
+                }
+                Request::Begin(req) => {
+                    taken.push(Taken::Pending(pending::begin(self, &mut g, at, *req)))
+                }
+                Request::Finish(req) => {
+                    taken.push(Taken::Pending(pending::finish(self, &mut g, at, req)))
+                }
+                Request::Settle(req) => {
+                    taken.push(Taken::Pending(pending::settle(self, &mut g, at, req)))
                 }
                 Request::Shutdown(_) => unreachable!("run() never puts a shutdown in a group"),
             }
@@ -511,6 +531,7 @@ fn complete(taken: Vec<Taken>, written: Result<u64, StoreError>) {
                 _ => job.complete(Fate::Unwritten),
             },
             Taken::Backlog { job } => job.complete(Fate::Backlog),
+            Taken::Pending(answer) => answer.complete(&written),
             Taken::Sweep { outcome, reply } => {
                 let result = match &written {
                     Ok(_) => outcome,

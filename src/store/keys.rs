@@ -8,7 +8,7 @@
 //! | key                    | value                                     |
 //! |------------------------|-------------------------------------------|
 //! | `a` seq:u64 at:u64     | a trail row (JSON)                        |
-//! | `p` seq:u64            | a pending row: begun, not finished (JSON) |
+//! | `p` id:u64             | a pending row: begun, not finished (JSON) |
 //! | `o` seq:u64            | the redacted lifecycle entity of row seq  |
 //! | `m:<name>`             | meta (see [`meta`])                       |
 
@@ -42,6 +42,9 @@ pub mod meta {
     pub const INCARNATION_PENDING: &str = "incarnation_pending";
     /// Rows and bytes of the trail, and the seq they are valid for (JSON).
     pub const AUDIT_USAGE: &str = "audit_usage";
+    /// The last pending id handed out (u64, big-endian): pending rows (`p`+id) count apart
+    /// from the trail's seq, so that a begun change never holds a trail seq.
+    pub const PENDING_SEQ: &str = "pending_seq";
 
     /// The meta name of sink `sink`'s position (the last seq it confirmed).
     pub fn sink_cursor(sink: &str) -> String {

@@ -24,9 +24,12 @@ pub mod overrides;
 pub mod quarantine;
 pub mod read;
 pub mod redact;
+pub mod remote;
 pub mod replay;
+pub mod routes;
 pub mod secret;
 pub mod sources;
+pub mod sources_remote;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;

@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::key::check_name;
+use super::redact::{redact, Redacted};
+use super::remote::RemoteSubject;
 use super::secret::{Secret, Verifier, MAX_SECRET_LEN};
 use super::{
     apply, check_if_match, commit_change, load, remove, require, unchanged, ChangeResult, Effect,
@@ -37,6 +39,31 @@ pub struct Source {
     pub config: Map<String, Value>,
     /// Its change counter.
     pub revision: u64,
+}
+
+impl RemoteSubject for Source {
+    const KIND: &'static str = "source";
+    const PLURAL: &'static str = "sources";
+
+    fn tenant(&self) -> &str {
+        &self.tenant
+    }
+
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    fn set_revision(&mut self, revision: u64) {
+        self.revision = revision;
+    }
+
+    fn view(&self) -> Result<Redacted, serde_json::Error> {
+        redact(self)
+    }
 }
 
 impl Subject for Source {
@@ -87,38 +114,52 @@ pub struct SourcePatch {
 /// Create source `input.id` of `tenant`; `Exists` if it is there.
 pub async fn create(trail: &Trail, ctx: Context, tenant: String, input: NewSource) -> ChangeResult {
     commit_change(trail, ctx, move |tx| {
-        check_name("tenant", &tenant)?;
-        check_name("id", &input.id)?;
-        check_kind(&input.kind)?;
-        check_config(&input.config)?;
-        if let Some(secret) = &input.secret {
-            check_secret(secret)?;
-        }
+        check_new(&tenant, &input)?;
         if load::<Source>(tx, &tenant, &input.id)?.is_some() {
             return Err(SubjectError::Exists {
                 resource: Kind::Source.resource(&input.id),
             }
             .into());
         }
-        let mut detail = Map::new();
-        detail.insert("config_keys".into(), input.config.len().into());
-        let source = Source {
-            id: input.id.clone(),
-            tenant: tenant.clone(),
-            kind: input.kind,
-            secret: input.secret.as_ref().map(Verifier::new),
-            config: input.config,
-            revision: 1,
-        };
+        let id = input.id.clone();
+        let (source, detail) = created(tenant.clone(), input);
         let effect = Effect {
             verb: "create",
             before: None,
             after: Some(source),
             detail,
         };
-        apply(tx, &tenant, &input.id, effect)
+        apply(tx, &tenant, &id, effect)
     })
     .await
+}
+
+/// Check a create's tenant and input.
+pub(crate) fn check_new(tenant: &str, input: &NewSource) -> Result<(), SubjectError> {
+    check_name("tenant", tenant)?;
+    check_name("id", &input.id)?;
+    check_kind(&input.kind)?;
+    check_config(&input.config)?;
+    if let Some(secret) = &input.secret {
+        check_secret(secret)?;
+    }
+    Ok(())
+}
+
+/// The source a create makes (revision 1; the secret only as its verifier) and its row's
+/// detail.
+pub(crate) fn created(tenant: String, input: NewSource) -> (Source, Map<String, Value>) {
+    let mut detail = Map::new();
+    detail.insert("config_keys".into(), input.config.len().into());
+    let source = Source {
+        id: input.id,
+        tenant,
+        kind: input.kind,
+        secret: input.secret.as_ref().map(Verifier::new),
+        config: input.config,
+        revision: 1,
+    };
+    (source, detail)
 }
 
 /// Apply `patch` to source `id` of `tenant`. A patch that changes nothing writes no row.
@@ -136,30 +177,9 @@ pub async fn update(
         check_patch(&patch)?;
         let before: Source = require(tx, &tenant, &id)?;
         check_if_match(if_match, &Kind::Source.resource(&id), Some(before.revision))?;
-        let mut after = before.clone();
-        let mut fields = 0u32;
-        if let Some(kind) = patch.kind.filter(|k| *k != before.kind) {
-            after.kind = kind;
-            fields += 1;
-        }
-        // The same secret again is no change: the verifier can tell, and keeping it keeps
-        // the subject's hash.
-        if let Some(secret) = patch.secret {
-            if !before.secret.as_ref().is_some_and(|v| v.matches(&secret)) {
-                after.secret = Some(Verifier::new(&secret));
-                fields += 1;
-            }
-        }
-        if let Some(config) = patch.config.filter(|c| *c != before.config) {
-            after.config = config;
-            fields += 1;
-        }
-        if fields == 0 {
+        let Some((after, detail)) = patched(&before, patch) else {
             return Err(unchanged(&before));
-        }
-        after.revision = before.revision + 1;
-        let mut detail = Map::new();
-        detail.insert("fields".into(), fields.into());
+        };
         let effect = Effect {
             verb: "update",
             before: Some(before),
@@ -185,7 +205,38 @@ pub async fn delete(
     .await
 }
 
-fn check_patch(patch: &SourcePatch) -> Result<(), SubjectError> {
+/// `patch` applied to `before`: the source after (at the next revision) and its row's detail,
+/// or `None` when it changes nothing.
+pub(crate) fn patched(before: &Source, patch: SourcePatch) -> Option<(Source, Map<String, Value>)> {
+    let mut after = before.clone();
+    let mut fields = 0u32;
+    if let Some(kind) = patch.kind.filter(|k| *k != before.kind) {
+        after.kind = kind;
+        fields += 1;
+    }
+    // The same secret again is no change: the verifier can tell, and keeping it keeps the
+    // subject's hash.
+    if let Some(secret) = patch.secret {
+        if !before.secret.as_ref().is_some_and(|v| v.matches(&secret)) {
+            after.secret = Some(Verifier::new(&secret));
+            fields += 1;
+        }
+    }
+    if let Some(config) = patch.config.filter(|c| *c != before.config) {
+        after.config = config;
+        fields += 1;
+    }
+    if fields == 0 {
+        return None;
+    }
+    after.revision = before.revision + 1;
+    let mut detail = Map::new();
+    detail.insert("fields".into(), fields.into());
+    Some((after, detail))
+}
+
+/// Check a patch's fields; it must name one.
+pub(crate) fn check_patch(patch: &SourcePatch) -> Result<(), SubjectError> {
     if patch.kind.is_none() && patch.secret.is_none() && patch.config.is_none() {
         return Err(SubjectError::invalid(
             "body",

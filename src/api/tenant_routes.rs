@@ -1,0 +1,90 @@
+//! `/admin/v1/tenants/{tenant}/routes`: create, read, list, patch and delete routes, which
+//! live in the route store (memory or Redis), not in this node's RocksDB.
+//!
+//! The same shapes as the local subjects (`subject.rs`): `ETag` revisions, `If-Match`,
+//! `X-Audit-Seq` on a write that wrote a row. A write whose route store did not answer is a
+//! 503 like any unavailable store; its pending row is settled by reading the route back.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::Json;
+use serde_json::json;
+
+use super::auth::{AdminRead, Authorized};
+use super::context::WriteContext;
+use super::error::ApiError;
+use super::extract::{ApiJson, ApiPath, ApiQuery, IfMatchHeader};
+use super::subject::{page_limit, written, PageQuery};
+use super::AppState;
+use crate::subjects::routes::{NewRoute, RoutePatch};
+use crate::subjects::Outcome;
+
+/// `GET`: one page of the tenant's routes, in id order.
+pub async fn list(
+    _: Authorized<AdminRead>,
+    State(state): State<AppState>,
+    ApiPath(tenant): ApiPath<String>,
+    ApiQuery(query): ApiQuery<PageQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let limit = page_limit(query.limit)?;
+    let page = state
+        .routes
+        .list(&tenant, query.after.as_deref(), limit)
+        .await?;
+    Ok(Json(json!({"items": page.items, "next": page.next})))
+}
+
+/// `GET .../{id}`: one route, with its revision as `ETag`.
+pub async fn get(
+    _: Authorized<AdminRead>,
+    State(state): State<AppState>,
+    ApiPath((tenant, id)): ApiPath<(String, String)>,
+) -> Result<Response, ApiError> {
+    let view = state
+        .routes
+        .get(&tenant, &id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("routes/{id} does not exist")))?;
+    let revision = view.as_value()["revision"].as_u64().unwrap_or(0);
+    let outcome = Outcome {
+        seq: None,
+        revision,
+        view: Some(view),
+    };
+    Ok(written(StatusCode::OK, outcome))
+}
+
+/// `POST`: create a route (201; 409 `already_exists`).
+pub async fn create(
+    WriteContext(ctx): WriteContext,
+    State(state): State<AppState>,
+    ApiPath(tenant): ApiPath<String>,
+    ApiJson(body): ApiJson<NewRoute>,
+) -> Result<Response, ApiError> {
+    let outcome = state.routes.create(ctx, tenant, body).await?;
+    Ok(written(StatusCode::CREATED, outcome))
+}
+
+/// `PATCH .../{id}`: replace the fields the body names (honours `If-Match`).
+pub async fn update(
+    WriteContext(ctx): WriteContext,
+    State(state): State<AppState>,
+    ApiPath((tenant, id)): ApiPath<(String, String)>,
+    IfMatchHeader(if_match): IfMatchHeader,
+    ApiJson(body): ApiJson<RoutePatch>,
+) -> Result<Response, ApiError> {
+    let outcome = state.routes.update(ctx, tenant, id, body, if_match).await?;
+    Ok(written(StatusCode::OK, outcome))
+}
+
+/// `DELETE .../{id}`: delete a route (204; honours `If-Match`).
+pub async fn delete(
+    WriteContext(ctx): WriteContext,
+    State(state): State<AppState>,
+    ApiPath((tenant, id)): ApiPath<(String, String)>,
+    IfMatchHeader(if_match): IfMatchHeader,
+) -> Result<Response, ApiError> {
+    let outcome = state.routes.delete(ctx, tenant, id, if_match).await?;
+    Ok(written(StatusCode::NO_CONTENT, outcome))
+}

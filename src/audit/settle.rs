@@ -1,0 +1,237 @@
+//! Settlement: every pending row whose caller will never finish it becomes a trail row.
+//!
+//! Two kinds of rows need it: those of a [`Pending`](super::Pending) dropped unfinished while
+//! the node runs (its id arrives on a channel), and those a crash left behind (found at boot:
+//! every pending id up to the last one handed out before this boot). For each, the subject's
+//! [`Reconcile`] reads its present state, and the writer compares its hash with the row's
+//! (see `pending.rs`). A store that cannot be read (Redis down, or not yet loaded at boot) is
+//! retried every `interval` for `window`, then the row settles `interrupted`. A subject with no
+//! reconciler settles `interrupted` at once.
+//!
+//! The audit layer does not know subjects: the route and source stores implement
+//! [`Reconcile`], and the node hands them in by kind.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::pending::{self, SettleReq, Settled};
+use super::writer::Request;
+use super::Trail;
+use crate::store::{keys, Cf, StoreError};
+
+/// A subject's present state, as its reconciler read it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Present {
+    /// The complete state, hashed like a change's states (never stored).
+    pub state: Value,
+    /// The redacted view a state-refresh event carries.
+    pub view: Value,
+}
+
+/// Reads the present state of one kind of subject for settlement.
+#[async_trait::async_trait]
+pub trait Reconcile: Send + Sync {
+    /// The subject at `locator` (what its change put in [`Change::locate`](super::Change)):
+    /// `Ok(None)` when it does not exist, `Err` (why) when its store cannot be read now.
+    async fn present(&self, locator: &Value) -> Result<Option<Present>, String>;
+}
+
+/// The reconcilers by subject kind (`route`, `source`).
+pub type Reconcilers = HashMap<String, Arc<dyn Reconcile>>;
+
+/// What settlement found out about a subject.
+#[derive(Debug)]
+pub(crate) enum Presence {
+    /// Its present state (`None`: it does not exist).
+    Read(Option<Present>),
+    /// Its store could not be read within the window.
+    Unreadable,
+    /// No reconciler knows its kind.
+    Unreconciled,
+}
+
+/// How settlement retries a store it cannot read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SettleOptions {
+    /// Between two attempts (and the wait before reading a dropped change's subject, so that
+    /// a write still in flight lands first).
+    pub interval: Duration,
+    /// How long to keep trying before settling `interrupted`.
+    pub window: Duration,
+}
+
+impl Default for SettleOptions {
+    fn default() -> Self {
+        SettleOptions {
+            interval: Duration::from_secs(1),
+            window: Duration::from_secs(60),
+        }
+    }
+}
+
+impl Trail {
+    /// Start settling: first every pending row left by an earlier run, then every
+    /// [`Pending`](super::Pending) dropped unfinished, until `shutdown`. Only the first call
+    /// starts anything; what is unsettled at shutdown stays for the next boot.
+    pub fn start_settlement(
+        &self,
+        reconcilers: Reconcilers,
+        options: SettleOptions,
+        shutdown: CancellationToken,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let dropped = self.dual.settlement.lock().ok()?.take()?;
+        let trail = self.clone();
+        let settler = Settler {
+            trail,
+            reconcilers: Arc::new(reconcilers),
+            options,
+        };
+        Some(tokio::spawn(settler.run(dropped, shutdown)))
+    }
+
+    /// The ids of the pending rows a crash left: those up to the last id of the earlier run.
+    async fn left_by_crash(&self) -> Result<Vec<u64>, StoreError> {
+        let (store, last) = (self.store.clone(), self.dual.boot_last);
+        tokio::task::spawn_blocking(move || {
+            let mut ids = Vec::new();
+            store.scan(Cf::Audit, &[keys::PENDING], &[keys::PENDING], |k, _| {
+                match keys::decode_seq_key(keys::PENDING, k) {
+                    Some(id) if id <= last => {
+                        ids.push(id);
+                        true
+                    }
+                    _ => false,
+                }
+            })?;
+            Ok(ids)
+        })
+        .await
+        .unwrap_or_else(|e| Err(StoreError::Unavailable(e.to_string())))
+    }
+
+    async fn settle(&self, id: u64, presence: Presence) -> Result<Option<Settled>, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let request = Request::Settle(SettleReq {
+            id,
+            presence,
+            reply,
+        });
+        let closed = || StoreError::Unavailable("the audit writer has stopped".into());
+        self.requests.send(request).await.map_err(|_| closed())?;
+        answer.await.map_err(|_| closed())?
+    }
+}
+
+/// The settlement task.
+struct Settler {
+    trail: Trail,
+    reconcilers: Arc<Reconcilers>,
+    options: SettleOptions,
+}
+
+impl Settler {
+    async fn run(self, mut dropped: mpsc::UnboundedReceiver<u64>, shutdown: CancellationToken) {
+        let mut tasks = JoinSet::new();
+        match self.trail.left_by_crash().await {
+            Ok(ids) => {
+                if !ids.is_empty() {
+                    tracing::info!(target: "ankusa::audit", rows = ids.len(), "settling pending rows left by a crash");
+                }
+                for id in ids {
+                    tasks.spawn(self.one(id, false));
+                }
+            }
+            Err(e) => {
+                tracing::error!(target: "ankusa::audit", error = %e, "reading pending rows failed; they are settled at the next boot")
+            }
+        }
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                id = dropped.recv() => match id {
+                    Some(id) => { tasks.spawn(self.one(id, true)); }
+                    None => break,
+                },
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            }
+        }
+        tasks.abort_all();
+    }
+
+    /// Settle pending row `id`; `dropped`: its caller just went away, and a write it had in
+    /// flight gets one interval to land before the subject is read.
+    fn one(
+        &self,
+        id: u64,
+        dropped: bool,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let (trail, reconcilers, options) =
+            (self.trail.clone(), self.reconcilers.clone(), self.options);
+        async move {
+            if dropped {
+                tokio::time::sleep(options.interval).await;
+            }
+            let store = trail.store.clone();
+            let key = keys::pending_key(id);
+            let row = tokio::task::spawn_blocking(move || {
+                store
+                    .get(Cf::Audit, &key)?
+                    .map(|v| pending::decode_pending(&key, &v))
+                    .transpose()
+            })
+            .await
+            .unwrap_or_else(|e| Err(StoreError::Unavailable(e.to_string())));
+            let presence = match row {
+                Ok(None) => return, // finished meanwhile
+                Ok(Some(row)) => {
+                    let reconciler = row.kind.as_ref().and_then(|k| reconcilers.get(k));
+                    match (reconciler, &row.locator) {
+                        (Some(r), Some(locator)) => read(r.as_ref(), locator, options, id).await,
+                        _ => Presence::Unreconciled,
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(target: "ankusa::audit", pending = id, error = %e, "reading a pending row failed; it is settled at the next boot");
+                    return;
+                }
+            };
+            match trail.settle(id, presence).await {
+                Ok(Some(s)) => {
+                    tracing::info!(target: "ankusa::audit", pending = id, seq = s.seq, result = s.result.as_str(), refresh = s.refresh, "pending row settled")
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::error!(target: "ankusa::audit", pending = id, error = %e, "settling a pending row failed; it is settled at the next boot")
+                }
+            }
+        }
+    }
+}
+
+/// The present state of the subject at `locator`, retried every interval for the window.
+async fn read(r: &dyn Reconcile, locator: &Value, options: SettleOptions, id: u64) -> Presence {
+    let deadline = tokio::time::Instant::now() + options.window;
+    loop {
+        let attempt = tokio::time::timeout(
+            options.interval.max(Duration::from_secs(1)),
+            r.present(locator),
+        );
+        let why = match attempt.await {
+            Ok(Ok(present)) => return Presence::Read(present),
+            Ok(Err(why)) => why,
+            Err(_) => "timed out".to_owned(),
+        };
+        if tokio::time::Instant::now() + options.interval > deadline {
+            tracing::warn!(target: "ankusa::audit", pending = id, reason = %why, "subject store unreadable for the whole settlement window; settling interrupted");
+            return Presence::Unreadable;
+        }
+        tracing::debug!(target: "ankusa::audit", pending = id, reason = %why, "subject store unreadable; retrying");
+        tokio::time::sleep(options.interval).await;
+    }
+}

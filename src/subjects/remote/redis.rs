@@ -1,0 +1,263 @@
+//! Subjects kept in Redis, shared by a fleet of nodes: routes, and sources when
+//! `[sources] store = "redis"`. One generic store, so that both kinds have the same layout and
+//! the same atomic compare-and-set.
+//!
+//! Layout, under the configured prefix (`ankusa:` by default), `<kind>` being `route` or
+//! `source`:
+//! - `<prefix><kind>:{<tenant>}:<id>`: a hash, `rev` (the store-kept revision) and `json` (the
+//!   subject, whose `revision` equals `rev`);
+//! - `<prefix><kind>s:{<tenant>}`: a sorted set of the tenant's ids (all at score 0, so that
+//!   `ZRANGEBYLEX` pages them in id order).
+//!
+//! The `{<tenant>}` hash tag keeps a tenant's keys in one Redis Cluster slot, so each write
+//! can be ONE Lua script: compare the stored revision with the expected one, write the subject
+//! and its index entry, bump the revision. Redis runs a script atomically, so two nodes racing
+//! on one subject cannot both win, and neither loses the other's update. Tenants and ids have
+//! passed `key::check_name`, so they hold no brace: a key names one tenant and one id.
+//!
+//! The connection is made on first use and remade after a failure (the `redis` crate's
+//! `ConnectionManager` reconnects by itself once it exists), so the node starts, and keeps
+//! retrying settlement, while Redis is down. Every call is bounded by the configured timeout.
+
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::Script;
+use tokio::sync::Mutex;
+
+use super::{Cas, RemoteStore, RemoteSubject};
+use crate::store::StoreError;
+
+/// Write a subject if its revision is the expected one (0: absent), bumping it.
+const PUT: &str = r#"
+local cur = tonumber(redis.call('HGET', KEYS[1], 'rev') or '0')
+if cur ~= tonumber(ARGV[1]) then return {0, cur} end
+redis.call('HSET', KEYS[1], 'rev', cur + 1, 'json', ARGV[3])
+redis.call('ZADD', KEYS[2], 0, ARGV[2])
+return {1, cur + 1}
+"#;
+
+/// Delete a subject if its revision is the expected one.
+const DELETE: &str = r#"
+local cur = tonumber(redis.call('HGET', KEYS[1], 'rev') or '0')
+if cur == 0 or cur ~= tonumber(ARGV[1]) then return {0, cur} end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[2])
+return {1, cur}
+"#;
+
+/// Subjects of one kind in Redis.
+pub struct RedisStore<T> {
+    client: redis::Client,
+    prefix: String,
+    timeout: Duration,
+    /// Made on first use; a tokio mutex because connecting awaits while holding it (one
+    /// connection attempt at a time, not one per caller).
+    conn: Mutex<Option<ConnectionManager>>,
+    put: Script,
+    delete: Script,
+    kind: PhantomData<fn() -> T>,
+}
+
+impl<T: RemoteSubject> std::fmt::Debug for RedisStore<T> {
+    // The URL may hold a password: never shown.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("kind", &T::KIND)
+            .field("prefix", &self.prefix)
+            .finish()
+    }
+}
+
+fn unavailable(e: redis::RedisError) -> StoreError {
+    StoreError::Unavailable(format!("redis: {}", e.kind_description()))
+}
+
+trait KindDescription {
+    fn kind_description(&self) -> String;
+}
+
+impl KindDescription for redis::RedisError {
+    /// The error's category and, for server errors, its code: never the URL.
+    fn kind_description(&self) -> String {
+        match self.code() {
+            Some(code) => format!("{:?} {code}", self.kind()),
+            None if self.is_timeout() => "timed out".into(),
+            None if self.is_connection_refusal() => "connection refused".into(),
+            None => format!("{:?}", self.kind()),
+        }
+    }
+}
+
+impl<T: RemoteSubject> RedisStore<T> {
+    /// A store on the Redis at `url`, its keys under `prefix`, every call bounded by `timeout`.
+    /// Does not connect: the first call does.
+    pub fn new(url: &str, prefix: &str, timeout: Duration) -> Result<RedisStore<T>, StoreError> {
+        let client = redis::Client::open(url)
+            .map_err(|_| StoreError::Unavailable("the Redis URL is not a Redis URL".into()))?;
+        Ok(RedisStore {
+            client,
+            prefix: prefix.to_owned(),
+            timeout,
+            conn: Mutex::new(None),
+            put: Script::new(PUT),
+            delete: Script::new(DELETE),
+            kind: PhantomData,
+        })
+    }
+
+    async fn conn(&self) -> Result<ConnectionManager, StoreError> {
+        let mut conn = self.conn.lock().await;
+        if let Some(c) = conn.as_ref() {
+            return Ok(c.clone());
+        }
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(self.timeout)
+            .set_response_timeout(self.timeout)
+            .set_number_of_retries(1)
+            .set_max_delay(self.timeout.as_millis() as u64);
+        let made = tokio::time::timeout(
+            self.timeout * 2,
+            ConnectionManager::new_with_config(self.client.clone(), config),
+        )
+        .await
+        .map_err(|_| StoreError::Unavailable("redis: connecting timed out".into()))?
+        .map_err(unavailable)?;
+        *conn = Some(made.clone());
+        Ok(made)
+    }
+
+    fn key(&self, tenant: &str, id: &str) -> String {
+        format!("{}{}:{{{tenant}}}:{id}", self.prefix, T::KIND)
+    }
+
+    fn index_key(&self, tenant: &str) -> String {
+        format!("{}{}s:{{{tenant}}}", self.prefix, T::KIND)
+    }
+}
+
+/// A stored `(rev, json)` pair as a subject; the store's `rev` is the truth.
+fn decode<T: RemoteSubject>(
+    key: &str,
+    rev: Option<u64>,
+    json: Option<String>,
+) -> Result<Option<T>, StoreError> {
+    let (Some(rev), Some(json)) = (rev, json) else {
+        return Ok(None);
+    };
+    let mut subject: T = serde_json::from_str(&json).map_err(|e| StoreError::Corrupt {
+        what: key.to_owned(),
+        detail: e.to_string(),
+    })?;
+    subject.set_revision(rev);
+    Ok(Some(subject))
+}
+
+fn cas(key: &str, (written, actual): (i64, i64)) -> Result<Cas, StoreError> {
+    match (written, u64::try_from(actual)) {
+        (1, _) => Ok(Cas::Written),
+        (0, Ok(actual)) => Ok(Cas::Conflict { actual }),
+        _ => Err(StoreError::Corrupt {
+            what: key.to_owned(),
+            detail: "unexpected script reply".into(),
+        }),
+    }
+}
+
+#[async_trait::async_trait]
+impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+
+    async fn get(&self, tenant: &str, id: &str) -> Result<Option<T>, StoreError> {
+        let key = self.key(tenant, id);
+        let mut conn = self.conn().await?;
+        let (rev, json): (Option<u64>, Option<String>) = redis::cmd("HMGET")
+            .arg(&key)
+            .arg("rev")
+            .arg("json")
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        decode(&key, rev, json)
+    }
+
+    async fn list(
+        &self,
+        tenant: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<T>, StoreError> {
+        let mut conn = self.conn().await?;
+        let min = after.map_or_else(|| "-".to_owned(), |a| format!("({a}"));
+        let ids: Vec<String> = redis::cmd("ZRANGEBYLEX")
+            .arg(self.index_key(tenant))
+            .arg(min)
+            .arg("+")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(limit)
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for id in &ids {
+            pipe.cmd("HMGET")
+                .arg(self.key(tenant, id))
+                .arg("rev")
+                .arg("json");
+        }
+        let found: Vec<(Option<u64>, Option<String>)> =
+            pipe.query_async(&mut conn).await.map_err(unavailable)?;
+        let mut subjects = Vec::with_capacity(found.len());
+        for (id, (rev, json)) in ids.iter().zip(found) {
+            // Deleted between the two reads: not there.
+            if let Some(subject) = decode(&self.key(tenant, id), rev, json)? {
+                subjects.push(subject);
+            }
+        }
+        Ok(subjects)
+    }
+
+    async fn put(&self, subject: &T, expected: u64) -> Result<Cas, StoreError> {
+        let key = self.key(subject.tenant(), subject.id());
+        let mut stored = subject.clone();
+        stored.set_revision(expected + 1);
+        let json = serde_json::to_string(&stored).map_err(|e| StoreError::Corrupt {
+            what: key.clone(),
+            detail: e.to_string(),
+        })?;
+        let mut conn = self.conn().await?;
+        let reply = self
+            .put
+            .key(&key)
+            .key(self.index_key(subject.tenant()))
+            .arg(expected)
+            .arg(subject.id())
+            .arg(json)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        cas(&key, reply)
+    }
+
+    async fn delete(&self, tenant: &str, id: &str, expected: u64) -> Result<Cas, StoreError> {
+        let key = self.key(tenant, id);
+        let mut conn = self.conn().await?;
+        let reply = self
+            .delete
+            .key(&key)
+            .key(self.index_key(tenant))
+            .arg(expected)
+            .arg(id)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        cas(&key, reply)
+    }
+}

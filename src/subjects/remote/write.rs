@@ -1,0 +1,141 @@
+//! The dual write of one change to a remote subject: the pending row with the states' hashes,
+//! the store's compare-and-set on the revision the change read, then the row with what the
+//! compare-and-set said.
+//!
+//! It runs in a task of its own, so a client that hangs up mid-change does not cut it short
+//! between the store's write and the row.
+
+use std::sync::Arc;
+
+use serde_json::{json, Map, Value};
+
+use super::{corrupt, resource, view, Cas, Remote, RemoteStore, RemoteSubject};
+use crate::audit::{Change, CommitError, Context, Finish};
+use crate::subjects::{ChangeResult, IfMatch, Outcome, SubjectError};
+
+impl<T: RemoteSubject> Remote<T> {
+    /// Subject `id` of `tenant`, or `NotFound`.
+    pub(crate) async fn require(
+        &self,
+        tenant: &str,
+        id: &str,
+    ) -> Result<T, CommitError<SubjectError>> {
+        self.store.get(tenant, id).await?.ok_or_else(|| {
+            CommitError::Refused(SubjectError::NotFound {
+                resource: resource::<T>(id),
+            })
+        })
+    }
+
+    /// Refuse a create of `id` that exists.
+    pub(crate) async fn absent(
+        &self,
+        tenant: &str,
+        id: &str,
+    ) -> Result<(), CommitError<SubjectError>> {
+        match self.store.get(tenant, id).await? {
+            None => Ok(()),
+            Some(_) => Err(SubjectError::Exists {
+                resource: resource::<T>(id),
+            }
+            .into()),
+        }
+    }
+
+    /// The dual write of `<kind>.<verb>` from `before` to `after` (either absent, not both),
+    /// with the row's `detail`. `after`'s revision must be `before`'s + 1 (1 for a create).
+    pub(crate) async fn write(
+        &self,
+        ctx: Context,
+        verb: &'static str,
+        before: Option<T>,
+        after: Option<T>,
+        detail: Map<String, Value>,
+    ) -> ChangeResult {
+        let Some(subject) = after.as_ref().or(before.as_ref()) else {
+            return Err(CommitError::StoreUnavailable);
+        };
+        let (tenant, id) = (subject.tenant().to_owned(), subject.id().to_owned());
+        let expected = before.as_ref().map_or(0, |b| b.revision());
+        let revision = expected + 1;
+        let after_view = after.as_ref().map(view).transpose()?;
+        // A delete's event carries the subject as it was, at the delete's revision.
+        let entity = match (&after_view, &before) {
+            (Some(v), _) => v.clone(),
+            (None, Some(b)) => view(b)?.with_revision(revision),
+            (None, None) => return Err(CommitError::StoreUnavailable),
+        };
+        let mut change = Change::new(format!("{}.{verb}", T::KIND), resource::<T>(&id))
+            .tenant(&tenant)
+            .states(state(before.as_ref())?, state(after.as_ref())?)
+            .revision(revision)
+            .entity(entity.into_value())
+            .locate(T::KIND, json!({"tenant": tenant, "id": id}));
+        change.detail = detail;
+        let (store, trail) = (self.store.clone(), self.trail.clone());
+        let task = tokio::spawn(async move {
+            trail
+                .record(ctx, change, || apply(store, tenant, id, after, expected))
+                .await
+        });
+        let recorded = task.await.map_err(|e| {
+            tracing::error!(error = %e, "a dual write's task failed; settlement records it");
+            CommitError::StoreUnavailable
+        })??;
+        recorded.value?;
+        Ok(Outcome {
+            seq: recorded.settled.map(|s| s.seq),
+            revision,
+            view: after_view,
+        })
+    }
+}
+
+/// The store's compare-and-set of one change, and what it means for the row.
+async fn apply<T: RemoteSubject>(
+    store: Arc<dyn RemoteStore<T>>,
+    tenant: String,
+    id: String,
+    after: Option<T>,
+    expected: u64,
+) -> (Option<Finish>, Result<(), CommitError<SubjectError>>) {
+    fail::fail_point!("remote::apply", |_| (
+        None,
+        Err(CommitError::StoreUnavailable)
+    ));
+    let written = match &after {
+        Some(subject) => store.put(subject, expected).await,
+        None => store.delete(&tenant, &id, expected).await,
+    };
+    match written {
+        Ok(Cas::Written) => (Some(Finish::Applied), Ok(())),
+        Ok(Cas::Conflict { actual }) => {
+            let refusal = if expected == 0 {
+                SubjectError::Exists {
+                    resource: resource::<T>(&id),
+                }
+            } else {
+                SubjectError::RevisionMismatch {
+                    resource: resource::<T>(&id),
+                    expected: IfMatch::Revision(expected),
+                    actual: (actual > 0).then_some(actual),
+                }
+            };
+            (Some(Finish::NotApplied), Err(CommitError::Refused(refusal)))
+        }
+        Err(e) => {
+            // The write may or may not have landed: settlement reads the subject back.
+            tracing::warn!(error = %e, resource = %resource::<T>(&id), "remote store write failed; settling by reconcile");
+            (None, Err(CommitError::StoreUnavailable))
+        }
+    }
+}
+
+fn state<T: RemoteSubject>(
+    subject: Option<&T>,
+) -> Result<Option<Value>, CommitError<SubjectError>> {
+    subject
+        .map(serde_json::to_value)
+        .transpose()
+        .map_err(|e| corrupt::<T>(e).into())
+}

@@ -1,0 +1,124 @@
+//! Sources kept in Redis (`[sources] store = "redis"`), shared by a fleet of nodes, instead of
+//! in this node's `sources` column family.
+//!
+//! The same model, validation and redaction as local sources (`sources.rs`), but every change
+//! is a dual write (`remote::Remote::write`): a pending row, Redis's compare-and-set on the
+//! revision, then the row. The secret is still kept only as its salted verifier, in Redis too.
+
+use std::sync::Arc;
+
+use serde_json::Map;
+
+use super::key::check_name;
+use super::read::{Page, ReadError};
+use super::redact::Redacted;
+use super::remote::redis::RedisStore;
+use super::remote::{view, Remote, RemoteStore};
+use super::sources::{check_new, check_patch, created, patched, NewSource, Source, SourcePatch};
+use super::{check_if_match, ChangeResult, IfMatch, Outcome};
+use crate::audit::{Context, Reconcilers, Trail};
+use crate::config::{SourceStoreKind, SourcesConfig};
+use crate::store::StoreError;
+
+/// Sources in a remote store, their changes recorded in a trail.
+#[derive(Debug, Clone)]
+pub struct RemoteSources(Remote<Source>);
+
+impl RemoteSources {
+    /// Sources kept in `store`, their changes recorded in `trail`.
+    pub fn new(store: Arc<dyn RemoteStore<Source>>, trail: Trail) -> RemoteSources {
+        RemoteSources(Remote::new(store, trail))
+    }
+
+    /// The sources `[sources]` configures: `None` when they are local.
+    pub fn open(
+        config: &SourcesConfig,
+        trail: &Trail,
+    ) -> Result<Option<RemoteSources>, StoreError> {
+        match config.store {
+            SourceStoreKind::Local => Ok(None),
+            SourceStoreKind::Redis => {
+                let store = RedisStore::<Source>::new(
+                    &config.redis_url,
+                    &config.key_prefix,
+                    config.redis_timeout,
+                )?;
+                Ok(Some(RemoteSources::new(Arc::new(store), trail.clone())))
+            }
+        }
+    }
+
+    /// The reconcilers settlement needs for sources.
+    pub fn reconcilers(&self) -> Reconcilers {
+        self.0.reconcilers()
+    }
+
+    /// Source `id` of `tenant`, redacted.
+    pub async fn get(&self, tenant: &str, id: &str) -> Result<Option<Redacted>, ReadError> {
+        self.0.get(tenant, id).await
+    }
+
+    /// A page of `tenant`'s sources with ids after `after`, in id order.
+    pub async fn list(
+        &self,
+        tenant: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Page, ReadError> {
+        self.0.list(tenant, after, limit).await
+    }
+
+    /// Create source `input.id` of `tenant` (`source.create`); `Exists` if it is there.
+    pub async fn create(&self, ctx: Context, tenant: String, input: NewSource) -> ChangeResult {
+        check_new(&tenant, &input)?;
+        self.0.absent(&tenant, &input.id).await?;
+        let (source, detail) = created(tenant, input);
+        self.0
+            .write(ctx, "create", None, Some(source), detail)
+            .await
+    }
+
+    /// Apply `patch` to source `id` of `tenant` (`source.update`). A patch that changes
+    /// nothing writes no row.
+    pub async fn update(
+        &self,
+        ctx: Context,
+        tenant: String,
+        id: String,
+        patch: SourcePatch,
+        if_match: Option<IfMatch>,
+    ) -> ChangeResult {
+        check_name("tenant", &tenant)?;
+        check_name("id", &id)?;
+        check_patch(&patch)?;
+        let before = self.0.require(&tenant, &id).await?;
+        check_if_match(if_match, &format!("sources/{id}"), Some(before.revision))?;
+        let Some((after, detail)) = patched(&before, patch) else {
+            return Ok(Outcome {
+                seq: None,
+                revision: before.revision,
+                view: Some(view(&before)?),
+            });
+        };
+        self.0
+            .write(ctx, "update", Some(before), Some(after), detail)
+            .await
+    }
+
+    /// Delete source `id` of `tenant` (`source.delete`).
+    pub async fn delete(
+        &self,
+        ctx: Context,
+        tenant: String,
+        id: String,
+        if_match: Option<IfMatch>,
+    ) -> ChangeResult {
+        check_name("tenant", &tenant)?;
+        check_name("id", &id)?;
+        let before = self.0.require(&tenant, &id).await?;
+        check_if_match(if_match, &format!("sources/{id}"), Some(before.revision))?;
+        self.0
+            .write(ctx, "delete", Some(before), None, Map::new())
+            .await
+    }
+}

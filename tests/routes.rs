@@ -1,0 +1,119 @@
+//! Routes in the pluggable route store (memory, and a real redis-server started here), and the
+//! trail's second way in: pending rows, their finish, and their settlement (a dropped
+//! `Pending`, a crash at each named point of the dual write, Redis down at boot, a concurrent
+//! change before settlement, two nodes sharing one Redis).
+
+mod common;
+
+#[path = "common/api.rs"]
+mod api;
+#[path = "common/redis.rs"]
+mod redis_server;
+
+#[path = "routes/api_routes.rs"]
+mod api_routes;
+#[path = "routes/config.rs"]
+mod config;
+#[cfg(feature = "failpoints")]
+#[path = "routes/crash.rs"]
+mod crash;
+#[path = "routes/fleet.rs"]
+mod fleet;
+#[path = "routes/settle.rs"]
+mod settle;
+#[path = "routes/sources_redis.rs"]
+mod sources_redis;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ankusa::audit::{pending_rows, Row, SettleOptions, Trail};
+use ankusa::store::{keys, Cf, Store};
+use ankusa::subjects::remote::redis::RedisStore;
+use ankusa::subjects::routes::{NewRoute, Route, RouteStore, Routes};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+/// A Redis route store on `url` with the default prefix.
+pub fn redis_store(url: &str) -> Arc<RouteStore> {
+    Arc::new(RedisStore::<Route>::new(url, "ankusa:", Duration::from_secs(2)).expect("redis store"))
+}
+
+/// Routes on a store with settlement running; [`Settling::stop`] ends the settlement task (it
+/// holds the trail, and with it the store's lock).
+pub struct Settling {
+    /// The routes handle (same store as the reconciler's).
+    pub routes: Routes,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Settling {
+    /// Stop settling and wait for the task to end.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        self.task.await.expect("settlement task");
+    }
+}
+
+/// `routes` of `store` recorded in `trail`, with settlement running (`interval`, `window`).
+pub fn settling(
+    trail: &Trail,
+    store: Arc<RouteStore>,
+    interval: Duration,
+    window: Duration,
+) -> Settling {
+    let routes = Routes::new(store, trail.clone());
+    let stop = CancellationToken::new();
+    let task = trail
+        .start_settlement(
+            routes.reconcilers(),
+            SettleOptions { interval, window },
+            stop.clone(),
+        )
+        .expect("settlement starts once");
+    Settling { routes, stop, task }
+}
+
+/// Wait (up to `limit`) until the store holds no pending row.
+pub async fn wait_settled(store: &Store, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let pending = pending_rows(store).expect("pending rows");
+        if pending.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still pending after {limit:?}: {pending:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The rows of `routes/<id>`, in seq order.
+pub fn route_rows(store: &Store, id: &str) -> Vec<Row> {
+    common::all_rows(store)
+        .into_iter()
+        .filter(|r| r.resource == format!("routes/{id}"))
+        .collect()
+}
+
+/// The outbox entity of row `seq`.
+pub fn entity(store: &Store, seq: u64) -> Option<Value> {
+    store
+        .get(Cf::Audit, &keys::outbox_key(seq))
+        .expect("read outbox")
+        .map(|v| serde_json::from_slice(&v).expect("entity JSON"))
+}
+
+/// A new route `id` of tenant `t1` to `destination`.
+pub fn new_route(id: &str, destination: &str) -> NewRoute {
+    NewRoute {
+        id: id.into(),
+        source: "s1".into(),
+        destination: destination.into(),
+        filter: Default::default(),
+        enabled: true,
+    }
+}

@@ -1,0 +1,218 @@
+//! Settlement of pending rows whose caller never finished them: a `Pending` dropped while the
+//! node runs (its future cancelled mid-apply), and rows a stopped node left behind, with the
+//! route store's Redis down at boot for a while or for longer than the window.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ankusa::audit::{Change, Finish, RowResult, Trail};
+use ankusa::subjects::remote::memory::MemoryStore;
+use ankusa::subjects::routes::{Route, RouteStore, Routes};
+use serde_json::json;
+
+use crate::common::{ctx, open_trail};
+use crate::redis_server::RedisServer;
+use crate::{entity, new_route, redis_store, route_rows, settling, wait_settled};
+
+/// The change that sets route `id`'s destination, as `Routes::update` describes it: the
+/// route before and after, and where settlement finds it.
+async fn update_of(store: &Arc<RouteStore>, id: &str, destination: &str) -> (Route, Change) {
+    let before = store.get("t1", id).await.unwrap().expect("route exists");
+    let mut after = before.clone();
+    after.destination = destination.into();
+    after.revision += 1;
+    let change = Change::new("route.update", format!("routes/{id}"))
+        .tenant("t1")
+        .states(
+            Some(serde_json::to_value(&before).unwrap()),
+            Some(serde_json::to_value(&after).unwrap()),
+        )
+        .revision(after.revision)
+        .entity(serde_json::to_value(&after).unwrap())
+        .locate("route", json!({"tenant": "t1", "id": id}));
+    (after, change)
+}
+
+/// Leave a pending update of route `id` as a crash would: begun, applied to the store if
+/// `apply`, never finished (the `Pending` is leaked, so that not even its Drop runs).
+async fn leave_pending(trail: &Trail, store: &Arc<RouteStore>, id: &str, apply: bool) {
+    let (after, change) = update_of(store, id, "https://example.test/b").await;
+    let pending = trail.begin::<()>(ctx("alice"), change).await.unwrap();
+    if apply {
+        store.put(&after, after.revision - 1).await.unwrap();
+    }
+    std::mem::forget(pending);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_pending_is_settled_while_the_node_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let trail = open_trail(dir.path(), true);
+    let store: Arc<RouteStore> = Arc::new(MemoryStore::<Route>::default());
+    let settling = settling(
+        &trail,
+        store.clone(),
+        Duration::from_millis(100),
+        Duration::from_secs(10),
+    );
+    let routes = settling.routes.clone();
+    for id in ["r1", "r2"] {
+        routes
+            .create(
+                ctx("alice"),
+                "t1".into(),
+                new_route(id, "https://example.test/a"),
+            )
+            .await
+            .unwrap();
+    }
+    // r1: the apply writes the store, then hangs; its caller gives up and drops the future.
+    let (after, change) = update_of(&store, "r1", "https://example.test/b").await;
+    let applied = trail.record::<(), (), _, _>(ctx("alice"), change, || {
+        let store = store.clone();
+        async move {
+            store.put(&after, 1).await.unwrap();
+            std::future::pending::<(Option<Finish>, ())>().await
+        }
+    });
+    assert!(tokio::time::timeout(Duration::from_millis(300), applied)
+        .await
+        .is_err());
+    // r2: the apply hangs before it writes anything.
+    let (_, change) = update_of(&store, "r2", "https://example.test/b").await;
+    let unapplied = trail.record::<(), (), _, _>(ctx("alice"), change, || {
+        std::future::pending::<(Option<Finish>, ())>()
+    });
+    assert!(tokio::time::timeout(Duration::from_millis(300), unapplied)
+        .await
+        .is_err());
+    // A dual write of a kind no reconciler knows settles `interrupted` at once.
+    let pending = trail
+        .begin::<()>(ctx("alice"), Change::new("gadget.update", "gadgets/g1"))
+        .await
+        .unwrap();
+    drop(pending);
+
+    wait_settled(trail.store(), Duration::from_secs(10)).await;
+    let r1 = route_rows(trail.store(), "r1");
+    assert_eq!(r1.len(), 2);
+    assert_eq!(r1[1].result, RowResult::Ok, "applied: ok");
+    assert!(r1[1].publish && !r1[1].refresh);
+    assert_eq!(r1[1].revision, Some(2));
+    let published = entity(trail.store(), r1[1].seq).expect("entity");
+    assert_eq!(published["destination"], "https://example.test/b");
+    let r2 = route_rows(trail.store(), "r2");
+    assert_eq!(r2[1].result, RowResult::Failed, "never applied: failed");
+    assert!(!r2[1].publish && entity(trail.store(), r2[1].seq).is_none());
+    let gadget = crate::common::all_rows(trail.store()).pop().unwrap();
+    assert_eq!(gadget.resource, "gadgets/g1");
+    assert_eq!(gadget.result, RowResult::Interrupted);
+    assert!(!gadget.refresh && !gadget.publish);
+    // The store says what the trail says.
+    assert_eq!(store.get("t1", "r1").await.unwrap().unwrap().revision, 2);
+    assert_eq!(store.get("t1", "r2").await.unwrap().unwrap().revision, 1);
+    settling.stop().await;
+    trail.shutdown().await;
+}
+
+/// A node that stopped with one applied, unfinished update of r1 on `redis`.
+async fn stopped_with_pending(dir: &std::path::Path, url: &str) {
+    let trail = open_trail(dir, true);
+    let store = redis_store(url);
+    let routes = Routes::new(store.clone(), trail.clone());
+    routes
+        .create(
+            ctx("alice"),
+            "t1".into(),
+            new_route("r1", "https://example.test/a"),
+        )
+        .await
+        .unwrap();
+    leave_pending(&trail, &store, "r1", true).await;
+    trail.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_at_boot_for_five_seconds_settles_once_it_is_back() {
+    let mut redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    stopped_with_pending(dir.path(), &redis.url()).await;
+    redis.stop();
+    let trail = open_trail(dir.path(), true);
+    let settling = settling(
+        &trail,
+        redis_store(&redis.url()),
+        Duration::from_millis(250),
+        Duration::from_secs(30),
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        ankusa::audit::pending_rows(trail.store()).unwrap().len(),
+        1,
+        "waits for Redis"
+    );
+    redis.restart();
+    wait_settled(trail.store(), Duration::from_secs(15)).await;
+    let rows = route_rows(trail.store(), "r1");
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[1].result, RowResult::Ok);
+    assert!(rows[1].publish && !rows[1].refresh);
+    assert_eq!(rows[1].actor, "alice");
+    settling.stop().await;
+    trail.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_longer_than_the_window_settles_interrupted() {
+    let mut redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    stopped_with_pending(dir.path(), &redis.url()).await;
+    redis.stop();
+    let trail = open_trail(dir.path(), true);
+    let settling = settling(
+        &trail,
+        redis_store(&redis.url()),
+        Duration::from_millis(200),
+        Duration::from_secs(2),
+    );
+    wait_settled(trail.store(), Duration::from_secs(15)).await;
+    let rows = route_rows(trail.store(), "r1");
+    assert_eq!(rows[1].result, RowResult::Interrupted);
+    assert!(
+        !rows[1].refresh && !rows[1].publish,
+        "nothing read, nothing to refresh"
+    );
+    settling.stop().await;
+    trail.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_by_someone_else_before_settlement_is_interrupted_with_refresh() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    stopped_with_pending(dir.path(), &redis.url()).await;
+    // Another node changes r1 before this one comes back.
+    let other = redis_store(&redis.url());
+    let mut theirs = other.get("t1", "r1").await.unwrap().unwrap();
+    theirs.enabled = false;
+    theirs.revision = 3;
+    other.put(&theirs, 2).await.unwrap();
+    let trail = open_trail(dir.path(), true);
+    let settling = settling(
+        &trail,
+        redis_store(&redis.url()),
+        Duration::from_millis(100),
+        Duration::from_secs(5),
+    );
+    wait_settled(trail.store(), Duration::from_secs(10)).await;
+    let rows = route_rows(trail.store(), "r1");
+    assert_eq!(rows[1].result, RowResult::Interrupted);
+    assert!(
+        rows[1].refresh && rows[1].publish,
+        "flagged for a state-refresh event"
+    );
+    let present = entity(trail.store(), rows[1].seq).expect("refresh entity");
+    assert_eq!(present, serde_json::to_value(&theirs).unwrap());
+    settling.stop().await;
+    trail.shutdown().await;
+}
