@@ -13,6 +13,7 @@ use std::sync::Mutex;
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::dual_events;
 use super::pending::{Begin, FinishReq, Refusal, Settled};
 use super::writer::Request;
 use super::{Change, CommitError, Context, Trail};
@@ -70,7 +71,7 @@ impl Drop for Pending {
         if self.armed {
             // Unbounded: a Drop never blocks. A closed channel means the trail is gone, and
             // the next boot settles the row.
-            tracing::warn!(target: "ankusa::audit", pending = self.id, resource = %self.resource, "dual write dropped unfinished; settling it");
+            dual_events::abandoned(self.id, &self.resource);
             let _ = self.abandoned.send(self.id);
         }
     }
@@ -149,6 +150,9 @@ impl Trail {
         self.requests.send(request).await.map_err(|_| closed())?;
         let settled = answer.await.map_err(|_| closed())??;
         pending.disarm();
+        if let Some(s) = &settled {
+            dual_events::finished(s);
+        }
         Ok(settled)
     }
 

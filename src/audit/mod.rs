@@ -10,6 +10,7 @@
 mod clock;
 mod context;
 mod dual;
+mod dual_events;
 mod hash;
 mod incarnation;
 mod limits;

@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::context::Context;
 use super::dual::{Finish, Pending};
+use super::dual_events;
 use super::prune::{self, Pruning};
 use super::row::{Change, Row, RowResult, ROW_FORMAT};
 use super::settle::Presence;
@@ -171,9 +172,12 @@ impl Answer {
                     // Nothing was written: there is nothing to settle.
                     pending.disarm();
                     let _ = reply.send(Err(Refusal::Unavailable));
-                } else if let Err(Ok(pending)) = reply.send(Ok(pending)) {
-                    // The caller is gone: dropping the Pending hands it to settlement.
-                    drop(pending);
+                } else {
+                    dual_events::begun();
+                    if let Err(Ok(pending)) = reply.send(Ok(pending)) {
+                        // The caller is gone: dropping the Pending hands it to settlement.
+                        drop(pending);
+                    }
                 }
             }
             Answer::Refused { why, reply } => {

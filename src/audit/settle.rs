@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use super::dual_events;
 use super::pending::{self, SettleReq, Settled};
 use super::writer::Request;
 use super::Trail;
@@ -141,15 +142,13 @@ impl Settler {
         match self.trail.left_by_crash().await {
             Ok(ids) => {
                 if !ids.is_empty() {
-                    tracing::info!(target: "ankusa::audit", rows = ids.len(), "settling pending rows left by a crash");
+                    dual_events::left_by_crash(ids.len());
                 }
                 for id in ids {
                     tasks.spawn(self.one(id, false));
                 }
             }
-            Err(e) => {
-                tracing::error!(target: "ankusa::audit", error = %e, "reading pending rows failed; they are settled at the next boot")
-            }
+            Err(e) => dual_events::settle_failed(None, &e),
         }
         loop {
             tokio::select! {
@@ -197,18 +196,14 @@ impl Settler {
                     }
                 }
                 Err(e) => {
-                    tracing::error!(target: "ankusa::audit", pending = id, error = %e, "reading a pending row failed; it is settled at the next boot");
+                    dual_events::settle_failed(Some(id), &e);
                     return;
                 }
             };
             match trail.settle(id, presence).await {
-                Ok(Some(s)) => {
-                    tracing::info!(target: "ankusa::audit", pending = id, seq = s.seq, result = s.result.as_str(), refresh = s.refresh, "pending row settled")
-                }
+                Ok(Some(s)) => dual_events::reconciled(id, &s),
                 Ok(None) => {}
-                Err(e) => {
-                    tracing::error!(target: "ankusa::audit", pending = id, error = %e, "settling a pending row failed; it is settled at the next boot")
-                }
+                Err(e) => dual_events::settle_failed(Some(id), &e),
             }
         }
     }
@@ -227,11 +222,11 @@ async fn read(r: &dyn Reconcile, locator: &Value, options: SettleOptions, id: u6
             Ok(Err(why)) => why,
             Err(_) => "timed out".to_owned(),
         };
-        if tokio::time::Instant::now() + options.interval > deadline {
-            tracing::warn!(target: "ankusa::audit", pending = id, reason = %why, "subject store unreadable for the whole settlement window; settling interrupted");
+        let last = tokio::time::Instant::now() + options.interval > deadline;
+        dual_events::unreadable(id, &why, last);
+        if last {
             return Presence::Unreadable;
         }
-        tracing::debug!(target: "ankusa::audit", pending = id, reason = %why, "subject store unreadable; retrying");
         tokio::time::sleep(options.interval).await;
     }
 }

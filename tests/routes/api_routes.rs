@@ -231,5 +231,14 @@ async fn an_unanswered_store_write_is_503_and_settled_by_reconcile() {
     assert_eq!(rows[1]["action"], "route.update");
     assert_eq!(rows[1]["result"], "failed");
     assert_eq!(rows[1]["publish"], false);
+    let metrics = node.send(node.req(Method::GET, "/metrics", None)).await.text;
+    for line in [
+        "ankusa_audit_pending_begun_total 2",
+        "ankusa_audit_pending_settled_total{by=\"finish\",result=\"ok\"} 1",
+        "ankusa_audit_pending_settled_total{by=\"reconcile\",result=\"failed\"} 1",
+        "ankusa_audit_pending_abandoned_total 1",
+    ] {
+        assert!(metrics.contains(line), "{line} in\n{metrics}");
+    }
     node.stop().await;
 }
