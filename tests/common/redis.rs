@@ -19,19 +19,24 @@ pub struct RedisServer {
 }
 
 impl RedisServer {
-    /// Start one on a free port and wait until it answers PING.
+    /// Start one on a free port and wait until it answers. A port that another test's server
+    /// took meanwhile is detected (that server keeps its data elsewhere) and another is tried.
     pub fn start() -> RedisServer {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
         let mut server = RedisServer {
-            port,
+            port: 0,
             dir: tempfile::tempdir().expect("tempdir"),
             child: None,
         };
-        server.restart();
-        server
+        for _ in 0..5 {
+            server.port = TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port();
+            if server.launch() {
+                return server;
+            }
+        }
+        panic!("no redis-server of this test came up on a free port");
     }
 
     /// `redis://127.0.0.1:<port>`.
@@ -52,8 +57,17 @@ impl RedisServer {
         }
     }
 
-    /// Start it (again) on the same port and data, and wait until it answers PING.
+    /// Start it again on the same port and data, and wait until it answers.
     pub fn restart(&mut self) {
+        assert!(
+            self.launch(),
+            "redis-server on port {} did not come back",
+            self.port
+        );
+    }
+
+    /// Spawn redis-server on `self.port` and wait until it answers as this test's server.
+    fn launch(&mut self) -> bool {
         self.stop();
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string()])
@@ -71,26 +85,33 @@ impl RedisServer {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if self.ping() {
-                return;
+            if let Some(Ok(Some(_))) = self.child.as_mut().map(|c| c.try_wait()) {
+                // It exited: the port is taken.
+                self.child = None;
+                return false;
+            }
+            if self.answers() {
+                return true;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        panic!(
-            "redis-server on port {} did not answer within 10 s",
-            self.port
-        );
+        self.stop();
+        false
     }
 
-    fn ping(&self) -> bool {
+    /// Whether the server on the port is this one: its data dir is ours.
+    fn answers(&self) -> bool {
         let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
             return false;
         };
         let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-        let mut buf = [0u8; 16];
-        s.write_all(b"PING\r\n").is_ok()
+        let mut buf = [0u8; 4096];
+        // Redis reports the directory it changed into: the real path.
+        let dir = std::fs::canonicalize(self.dir.path()).unwrap_or_else(|_| self.dir.path().into());
+        let dir = dir.to_string_lossy().into_owned();
+        s.write_all(b"CONFIG GET dir\r\n").is_ok()
             && s.read(&mut buf)
-                .is_ok_and(|n| buf[..n].starts_with(b"+PONG"))
+                .is_ok_and(|n| String::from_utf8_lossy(&buf[..n]).contains(&dir))
     }
 }
 
