@@ -76,9 +76,10 @@ pub fn decode_row_key(key: &[u8]) -> Option<(u64, u64)> {
     Some((seq, at))
 }
 
-/// The key of pending row `seq`.
-pub fn pending_key(seq: u64) -> [u8; SEQ_KEY_LEN] {
-    seq_key(PENDING, seq)
+/// The key of pending row `id` (pending ids count apart from trail seqs, in
+/// `m:pending_seq`).
+pub fn pending_key(id: u64) -> [u8; SEQ_KEY_LEN] {
+    seq_key(PENDING, id)
 }
 
 /// The key of the lifecycle entity of row `seq`.

@@ -231,7 +231,10 @@ async fn an_unanswered_store_write_is_503_and_settled_by_reconcile() {
     assert_eq!(rows[1]["action"], "route.update");
     assert_eq!(rows[1]["result"], "failed");
     assert_eq!(rows[1]["publish"], false);
-    let metrics = node.send(node.req(Method::GET, "/metrics", None)).await.text;
+    let metrics = node
+        .send(node.req(Method::GET, "/metrics", None))
+        .await
+        .text;
     for line in [
         "ankusa_audit_pending_begun_total 2",
         "ankusa_audit_pending_settled_total{by=\"finish\",result=\"ok\"} 1",
@@ -241,4 +244,52 @@ async fn an_unanswered_store_write_is_503_and_settled_by_reconcile() {
         assert!(metrics.contains(line), "{line} in\n{metrics}");
     }
     node.stop().await;
+}
+
+/// Pages of routes come back in id order, `next` pointing past the last, on both stores.
+#[tokio::test]
+async fn routes_page_in_id_order_on_both_stores() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let memory = TestNode::start().await;
+    let on_redis = TestNode::start_with(|v| {
+        v["routes"]["store"] = json!("redis");
+        v["routes"]["redis_url"] = json!(url);
+    })
+    .await;
+    for node in [&memory, &on_redis] {
+        for id in ["r3", "r1", "r5", "r2", "r4"] {
+            let body = json!({"id": id, "source": "s1", "destination": "https://h/x"});
+            let r = node.call(Method::POST, ROUTES, ADMIN, Some(body)).await;
+            assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+        }
+        // Another tenant's routes never show.
+        let other = json!({"id": "r0", "source": "s1", "destination": "https://h/x"});
+        node.call(
+            Method::POST,
+            "/admin/v1/tenants/t2/routes",
+            ADMIN,
+            Some(other),
+        )
+        .await;
+        let mut ids = Vec::new();
+        let mut path = format!("{ROUTES}?limit=2");
+        loop {
+            let page = node.call(Method::GET, &path, READER, None).await.json();
+            let items = page["items"].as_array().unwrap();
+            assert!(items.len() <= 2);
+            ids.extend(items.iter().map(|r| r["id"].as_str().unwrap().to_owned()));
+            match page["next"].as_str() {
+                Some(next) => path = format!("{ROUTES}?limit=2&after={next}"),
+                None => break,
+            }
+        }
+        assert_eq!(ids, ["r1", "r2", "r3", "r4", "r5"]);
+        let bad = node
+            .call(Method::GET, &format!("{ROUTES}?after=a/b"), READER, None)
+            .await;
+        assert_error(&bad, 422, "invalid_input");
+    }
+    memory.stop().await;
+    on_redis.stop().await;
 }

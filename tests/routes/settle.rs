@@ -216,3 +216,48 @@ async fn a_change_by_someone_else_before_settlement_is_interrupted_with_refresh(
     settling.stop().await;
     trail.shutdown().await;
 }
+
+/// The node itself (config, boot, settlement task) settles what a crash left, while it
+/// serves: the row shows up through the audit API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_booting_node_settles_what_the_last_run_left() {
+    use crate::api::{config, AUDITOR};
+
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    stopped_with_pending(&data, &redis.url()).await;
+    let url = redis.url();
+    let config = config(&data, |v| {
+        v["routes"]["store"] = json!("redis");
+        v["routes"]["redis_url"] = json!(url);
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let node = tokio::spawn(ankusa::node::serve(config, listener, async {
+        let _ = stopped.await;
+    }));
+    let client = reqwest::Client::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let rows = loop {
+        let reply = client
+            .get(format!("{base}/admin/v1/audit?resource=routes/"))
+            .bearer_auth(AUDITOR)
+            .send()
+            .await;
+        if let Ok(reply) = reply {
+            let page: serde_json::Value = reply.json().await.unwrap_or_default();
+            if page["rows"].as_array().is_some_and(|r| r.len() == 2) {
+                break page["rows"].clone();
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "not settled");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(rows[1]["action"], "route.update");
+    assert_eq!(rows[1]["result"], "ok");
+    assert_eq!(rows[1]["publish"], true);
+    let _ = stop.send(());
+    node.await.unwrap().unwrap();
+}
