@@ -2,7 +2,7 @@
 //! replay jobs, kept in this node's RocksDB, each kind in its own column family under
 //! `<tenant>/<id>` (see [`key`]).
 //!
-//! Every change goes through [`Trail::commit`]: the closure that validates the input, checks
+//! Every change goes through [`Trail::commit`](crate::audit::Trail::commit): the closure that validates the input, checks
 //! the subject's revision and stages its ops runs on the writer thread, against the store
 //! plus the writes of the changes before it in the same group. So two concurrent updates of
 //! one subject can never both pass a revision check, and a change that is refused (bad
@@ -15,6 +15,10 @@
 //! stored (a source's secret only as its salted [`secret::Verifier`]); its `detail` holds
 //! counts, filters or a rate, never a secret or a spec. Only sources carry a lifecycle
 //! entity, the [`redact`]ed source.
+//!
+//! Routes ([`routes`]), and sources when `[sources] store = "redis"` ([`sources_remote`]),
+//! live outside RocksDB, in a [`remote::RemoteStore`]: their changes are dual writes
+//! (`Trail::record`), and their revision is kept by that store.
 //!
 //! This module knows the trail and the store, never HTTP.
 
