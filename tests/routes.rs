@@ -23,6 +23,8 @@ mod fleet;
 mod settle;
 #[path = "routes/sources_redis.rs"]
 mod sources_redis;
+#[path = "routes/stores.rs"]
+mod stores;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
