@@ -2,7 +2,7 @@
 //!
 //! - Kafka: drain a backlog of `ANKUSA_BENCH_EVENTS` (default 100,000) flagged rows through the
 //!   Kafka sink to rdkafka's in-process MockCluster, beside a bare rdkafka producer (same
-//!   settings: idempotent, acks=all) sending the same records, pre-encoded, and awaiting every
+//!   settings: idempotent, acks=all, linger.ms=1) sending the same records, pre-encoded, and awaiting every
 //!   delivery report.
 //! - Webhook: drain 20,000 events to an axum receiver on loopback, beside a bare reqwest loop
 //!   sending the same requests (same headers and bodies, pre-built) with the same concurrency.
@@ -16,7 +16,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ankusa::audit::{Change, CommitError, Context, SystemClock, Trail, TrailOptions};
+use ankusa::audit::{Change, CommitError, Context, Limits, SystemClock, Trail, TrailOptions};
 use ankusa::lifecycle::{outbox, Publisher, PublisherOptions, SinkSpec};
 use ankusa::store::{Cf, Store};
 use ankusa_sinks::{
@@ -73,6 +73,11 @@ fn trail(dir: &std::path::Path, sinks: &[&str]) -> Trail {
     let store = Store::open(dir).unwrap();
     let options = TrailOptions {
         sinks: sinks.iter().map(|s| s.to_string()).collect(),
+        // The backlogs here are built on purpose: lift the outbox ceiling above them.
+        limits: Limits {
+            outbox_max_backlog: 10_000_000,
+            ..Limits::default()
+        },
         ..TrailOptions::default()
     };
     Trail::start(store, options, Arc::new(SystemClock)).unwrap()
@@ -174,6 +179,7 @@ async fn kafka(brokers: &str, n: u64) -> (f64, f64) {
         .set("enable.idempotence", "true")
         .set("acks", "all")
         .set("message.timeout.ms", "30000")
+        .set("linger.ms", "1")
         .create()
         .unwrap();
     let started = Instant::now();

@@ -477,8 +477,7 @@ impl Config {
         self.routes.validate()?;
         self.sources.validate()?;
         self.settlement.validate()?;
-        self.api.validate()?;
-        Ok(())
+        self.api.validate()
     }
 }
 

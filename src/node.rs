@@ -49,13 +49,6 @@ pub async fn serve(
         Ok(Trail::start(store, options, Arc::new(SystemClock))?)
     })
     .await??;
-    let (api_config, data_dir) = (config.api.clone(), config.node.data_dir.clone());
-    // With no token configured, the first start makes the admin token and prints it once.
-    let admin = tokio::task::spawn_blocking(move || {
-        AdminState::new(&api_config, &data_dir, &mut std::io::stdout().lock())
-    })
-    .await?
-    .context("setting up the admin API's tokens")?;
     let stop_publisher = CancellationToken::new();
     crate::audit::retention::spawn(trail.clone(), stop_publisher.clone());
     // Routes live in the route store; pending rows of their dual writes (left by a crash, or
@@ -79,6 +72,13 @@ pub async fn serve(
     )
     .await?
     .map(Arc::new);
+    let (api_config, data_dir) = (config.api.clone(), config.node.data_dir.clone());
+    // With no token configured, the first start makes the admin token and prints it once.
+    let admin = tokio::task::spawn_blocking(move || {
+        AdminState::new(&api_config, &data_dir, &mut std::io::stdout().lock())
+    })
+    .await?
+    .context("setting up the admin API's tokens")?;
     let ready = Arc::new(AtomicBool::new(false));
     let state = AppState {
         trail: trail.clone(),

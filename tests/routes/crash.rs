@@ -193,7 +193,9 @@ async fn kill_9_mid_updates_never_loses_an_applied_change() {
         std::thread::sleep(Duration::from_millis(round * 3));
         child.kill().expect("SIGKILL");
         child.wait().unwrap();
-        let left = pending_rows(&Store::open(dir.path()).unwrap()).unwrap().len();
+        let left = pending_rows(&Store::open(dir.path()).unwrap())
+            .unwrap()
+            .len();
         eprintln!("round {round}: {left} pending rows left by the kill");
         restart_and_settle(dir.path(), &url).await;
         nothing_applied_is_missing(dir.path(), &url).await;
