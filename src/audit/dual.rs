@@ -28,6 +28,9 @@ pub enum Finish {
     NotApplied,
     /// The caller cannot tell and no reconciler can: the row says `interrupted`.
     Unknown,
+    /// The other store refused the change (a compare-and-set conflict): nothing changed, so,
+    /// as for a refused commit, no row; the pending row is removed.
+    Refused,
 }
 
 /// A begun change: its pending row is on disk. Hand it to [`Trail::finish`]; dropped

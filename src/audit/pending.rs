@@ -279,12 +279,23 @@ pub(crate) fn begin(w: &mut Writer, g: &mut Group, at: u64, req: Begin) -> Answe
 
 /// Move pending row `id` into the trail as the caller says it went. Never refused.
 pub(crate) fn finish(w: &mut Writer, g: &mut Group, at: u64, req: FinishReq) -> Answer {
+    if req.how == Finish::Refused {
+        // A change the other store refused changed nothing: like a refused commit, it
+        // leaves no row. Only the pending row goes.
+        let key = keys::pending_key(req.id);
+        g.batch.delete_cf(w.store.cf(Cf::Audit), key);
+        g.overlay.insert((Cf::Audit, key.to_vec()), None);
+        return Answer::Settled {
+            row: Ok(None),
+            reply: req.reply,
+        };
+    }
     let row = load(w, g, req.id).map(|found| {
         found.map(|mut p| {
             let (result, entity) = match req.how {
                 Finish::Applied => (RowResult::Ok, p.entity.take()),
                 Finish::NotApplied => (RowResult::Failed, None),
-                Finish::Unknown => (RowResult::Interrupted, None),
+                Finish::Unknown | Finish::Refused => (RowResult::Interrupted, None),
             };
             into_trail(w, g, at, req.id, p, result, false, entity)
         })

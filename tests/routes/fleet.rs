@@ -91,10 +91,9 @@ async fn two_nodes_on_one_redis_never_lose_an_update() {
         .iter()
         .filter(|r| r.result == RowResult::Failed)
         .count();
-    assert_eq!(
-        failed, lost,
-        "every lost race is one `failed` row, and only those"
-    );
+    // A lost race is refused by the store: it changed nothing, so it has no row at all.
+    assert!(lost > 0, "the writers raced");
+    assert_eq!(failed, 0, "a lost race writes no row");
     assert!(rows.iter().all(|r| r.result != RowResult::Interrupted));
     for id in ROUTES {
         let stored = a.store().get("t1", id).await.unwrap().unwrap();

@@ -7,7 +7,7 @@
 //! step. That is what makes a read-modify-write from two nodes safe without a lock, and what
 //! lets the trail say exactly which node's change took effect. The compare-and-set also decides
 //! the row: written (`ok`, published), refused because the subject changed since it was read
-//! (`failed`, and 409 to the caller), or unknown because the store did not answer (settlement
+//! (no row, as for any change the store refuses, and 409 to the caller), or unknown because the store did not answer (settlement
 //! reads the subject back and decides; 503 to the caller).
 
 pub mod memory;

@@ -121,7 +121,9 @@ async fn apply<T: RemoteSubject>(
                     actual: (actual > 0).then_some(actual),
                 }
             };
-            (Some(Finish::NotApplied), Err(CommitError::Refused(refusal)))
+            // Refused by the store: nothing changed, so no row (the spec's "refused by the
+            // store writes none").
+            (Some(Finish::Refused), Err(CommitError::Refused(refusal)))
         }
         Err(e) => {
             // The write may or may not have landed: settlement reads the subject back.
