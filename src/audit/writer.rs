@@ -36,6 +36,9 @@ use crate::telemetry;
 /// first caller in it.
 pub const MAX_GROUP: usize = 1024;
 
+/// How long the writer polls for the next request before it parks (see `next_request`).
+const SPIN_BEFORE_PARK: std::time::Duration = std::time::Duration::from_micros(50);
+
 /// What became of a request the writer took.
 pub(crate) enum Fate {
     /// Written and synced as row `seq` at `at`.
@@ -261,7 +264,7 @@ impl Writer {
         let mut group: Vec<Request> = Vec::with_capacity(MAX_GROUP);
         let mut stop: Option<oneshot::Sender<()>> = None;
         while stop.is_none() {
-            let Some(first) = self.rx.blocking_recv() else {
+            let Some(first) = self.next_request() else {
                 break;
             };
             let mut next = Some(first);
@@ -286,6 +289,21 @@ impl Writer {
         if let Some(done) = stop {
             let _ = done.send(());
         }
+    }
+
+    /// The next request. Right after a group, a caller that was just answered usually sends
+    /// its next change within microseconds: poll briefly before parking the thread, so a lone
+    /// committer does not pay a futex sleep and wake-up on every commit.
+    fn next_request(&mut self) -> Option<Request> {
+        let spin_until = Instant::now() + SPIN_BEFORE_PARK;
+        while Instant::now() < spin_until {
+            match self.rx.try_recv() {
+                Ok(req) => return Some(req),
+                Err(mpsc::error::TryRecvError::Disconnected) => return None,
+                Err(mpsc::error::TryRecvError::Empty) => std::thread::yield_now(),
+            }
+        }
+        self.rx.blocking_recv()
     }
 
     fn commit_group(&mut self, group: Vec<Request>) {
