@@ -11,7 +11,8 @@
 //! - Memory: peak RSS of a process draining a 500,000-event backlog to a file sink (the store
 //!   is filled by another process first, so only the drain counts).
 //!
-//! Run with `cargo bench --bench publish` (release). `ANKUSA_BENCH_EVENTS` scales the backlog.
+//! Run with `cargo bench --bench publish` (release). `ANKUSA_BENCH_EVENTS` scales the backlog;
+//! `ANKUSA_BENCH_BATCH` sets the publisher's batch (default 1000).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -131,7 +132,10 @@ async fn drain(trail: &Trail, sink: Arc<dyn Sink>, name: &str) -> f64 {
     };
     let options = PublisherOptions {
         source: "urn:ankusa:bench".into(),
-        batch: 1000,
+        batch: std::env::var("ANKUSA_BENCH_BATCH")
+            .ok()
+            .and_then(|b| b.parse().ok())
+            .unwrap_or(1000),
         idle: Duration::from_millis(50),
     };
     let started = Instant::now();
