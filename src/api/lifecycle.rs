@@ -17,7 +17,6 @@ use super::AppState;
 use crate::audit::CommitError;
 use crate::lifecycle::dead_letters::{self, NoSuchLetter};
 use crate::lifecycle::Publisher;
-use crate::store::keys::meta;
 
 /// `?after=<seq>&limit=<n>`.
 #[derive(Debug, Deserialize)]
@@ -36,32 +35,23 @@ pub async fn status(
     _: Authorized<AdminRead>,
     State(state): State<AppState>,
 ) -> Result<Json<Value>, ApiError> {
-    let store = state.trail.store().clone();
-    let (audit_seq, cursor) = tokio::task::spawn_blocking(move || {
-        Ok::<_, crate::store::StoreError>((
-            store.meta_u64(meta::AUDIT_SEQ)?,
-            store.meta_u64(meta::LIFECYCLE_CURSOR)?,
-        ))
-    })
-    .await??;
+    // The writer already keeps these (cursor and backlog as the ceilings count them):
+    // no store read, and one definition of the backlog for the API and the refusals.
+    let audit_seq = *state.trail.committed().borrow();
+    let trail = state.trail.stats();
     let sinks = state
         .lifecycle
         .as_deref()
         .map(Publisher::statuses)
         .unwrap_or_default();
-    let backlog = if sinks.is_empty() {
-        0
-    } else {
-        audit_seq.saturating_sub(cursor)
-    };
     Ok(Json(json!({
         "enabled": state.lifecycle.is_some(),
         "audit_seq": audit_seq,
-        "cursor": cursor,
-        "backlog": backlog,
+        "cursor": trail.cursor.unwrap_or(0),
+        "backlog": trail.backlog,
         "sinks": sinks,
         "incarnations": state.trail.history(),
-        "trail": state.trail.stats(),
+        "trail": trail,
     })))
 }
 
