@@ -174,15 +174,14 @@ impl Lane {
         let mut persisting: Option<JoinHandle<Result<(), StoreError>>> = None;
         let mut next = self.read(self.position).await;
         while !self.shutdown.is_cancelled() {
-            let batch = match next.take() {
-                Some(Ok(batch)) => batch,
-                Some(Err(e)) => {
+            let batch = match next {
+                Ok(batch) => batch,
+                Err(e) => {
                     self.note_error(&format!("reading the outbox: {e}"));
                     self.pause(Duration::from_secs(1)).await;
                     next = self.read(self.position).await;
                     continue;
                 }
-                None => unreachable!("next is refilled on every path"),
             };
             if batch.deliveries.is_empty() {
                 if let Some(last) = batch.last.filter(|l| *l > self.position) {
@@ -236,7 +235,7 @@ impl Lane {
                     attempt = 0;
                     status::update(&self.status, |s| s.state = SinkState::Running);
                     next = match read_ahead {
-                        Some(read) if Some(to) == batch.last => Some(read),
+                        Some(read) if Some(to) == batch.last => read,
                         _ => self.read(self.position).await,
                     };
                 }
@@ -261,6 +260,7 @@ impl Lane {
                     });
                     tracing::error!(sink = %self.spec.name, reason = %reason, "lifecycle sink disabled by its destination; keeping its position");
                     self.shutdown.cancelled().await;
+                    break;
                 }
             }
         }
@@ -317,7 +317,7 @@ impl Lane {
     }
 
     /// Read the page after `after` and build its events, off the runtime.
-    async fn read(&self, after: u64) -> Option<Result<Page, StoreError>> {
+    async fn read(&self, after: u64) -> Result<Page, StoreError> {
         let store = self.trail.store().clone();
         let history = self.trail.history().clone();
         let source = self.options.source.clone();
@@ -333,16 +333,14 @@ impl Lane {
             }
             Ok(page)
         });
-        Some(
-            built
-                .await
-                .unwrap_or_else(|e| Err(StoreError::Unavailable(e.to_string()))),
-        )
+        built
+            .await
+            .unwrap_or_else(|e| Err(StoreError::Unavailable(e.to_string())))
     }
 
     /// Read (and build) the page after `batch` while it is in flight.
     async fn read_ahead(&self, batch: &Page) -> Option<Result<Page, StoreError>> {
-        self.read(batch.last?).await
+        Some(self.read(batch.last?).await)
     }
 
     /// Wait for the position write in flight (it wrote `self.position`: a new one is only
