@@ -14,6 +14,7 @@ use crate::audit::{SystemClock, Trail, TrailOptions};
 use crate::config::Config;
 use crate::lifecycle;
 use crate::store::Store;
+use crate::subjects::remote::refresh::{self, RefreshOptions, Refreshable};
 use crate::subjects::routes;
 use crate::subjects::sources_remote::RemoteSources;
 
@@ -64,6 +65,21 @@ pub async fn serve(
         config.settlement.options(),
         stop_publisher.clone(),
     );
+    // After a restore, routes (and Redis sources) still hold what the lost store did after
+    // the backup: a state refresh for each that the restored trail does not describe. Their
+    // changes wait for it (the gates close here, before the node serves).
+    let mut remote: Vec<Arc<dyn Refreshable>> = vec![Arc::new(routes.remote().clone())];
+    remote.extend(
+        sources
+            .iter()
+            .map(|s| Arc::new(s.remote().clone()) as Arc<dyn Refreshable>),
+    );
+    let refreshing = refresh::start(
+        &trail,
+        remote,
+        RefreshOptions::new(config.settlement.interval),
+        stop_publisher.clone(),
+    );
     let publisher = lifecycle::start(
         &config.lifecycle,
         &config.node.uri,
@@ -106,6 +122,9 @@ pub async fn serve(
     }
     if let Some(settlement) = settlement {
         let _ = settlement.await;
+    }
+    if let Some(refreshing) = refreshing {
+        let _ = refreshing.await;
     }
     trail.shutdown().await;
     tracing::info!("store closed");

@@ -11,7 +11,7 @@
 use std::future::Future;
 use std::sync::Mutex;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::dual_events;
 use super::pending::{Begin, FinishReq, Refusal, Settled};
@@ -98,15 +98,19 @@ pub(crate) struct DualState {
     pub settlement: Mutex<Option<mpsc::UnboundedReceiver<u64>>>,
     /// The last pending id at boot: rows up to it were left by an earlier run.
     pub boot_last: u64,
+    /// Becomes true once settlement has been through every pending row an earlier run left
+    /// (true at once when there was none).
+    pub boot_settled: watch::Sender<bool>,
 }
 
 impl DualState {
-    pub(crate) fn new(boot_last: u64) -> DualState {
+    pub(crate) fn new(boot_last: u64, nothing_left: bool) -> DualState {
         let (abandoned, settlement) = mpsc::unbounded_channel();
         DualState {
             abandoned,
             settlement: Mutex::new(Some(settlement)),
             boot_last,
+            boot_settled: watch::Sender::new(nothing_left),
         }
     }
 }

@@ -16,6 +16,7 @@ mod incarnation;
 mod limits;
 mod pending;
 mod prune;
+mod refresh;
 mod restore;
 pub mod retention;
 mod row;
@@ -38,6 +39,7 @@ pub use incarnation::{History, Incarnation};
 pub use limits::{Ceilings, Limits, Pruned, TrailStats};
 pub use pending::{decode_pending, pending_rows, PendingRow, Settled, PENDING_FORMAT};
 pub use prune::SweepBatch;
+pub use refresh::{Known, Refresh, SubjectKey, TrailStates, REFRESH_VERB};
 pub use restore::{RESTORE_ACTION, RESTORE_RESOURCE};
 pub use retention::SweepReport;
 pub use row::{decode_row, get, page, Change, Filter, Row, RowResult, ROW_FORMAT};
@@ -46,7 +48,7 @@ pub use tx::Tx;
 pub use usage::{Mismatch, Usage};
 pub use writer::MAX_GROUP;
 
-use crate::store::{Store, StoreError};
+use crate::store::{keys, Cf, Store, StoreError};
 use limits::SharedStats;
 use writer::{Advance, Fate, Job, Request, Sweep, Writer};
 
@@ -121,6 +123,8 @@ pub struct Trail {
     stats: SharedStats,
     /// Dual writes: where dropped `Pending`s go, and the boot's last pending id.
     dual: Arc<dual::DualState>,
+    /// `m:refresh_pending` as of boot (see [`Trail::refresh_pending`]).
+    refresh_pending: Option<u64>,
 }
 
 impl std::fmt::Debug for Trail {
@@ -141,6 +145,8 @@ impl Trail {
         restore::open_pending(&store, options.lifecycle, clock.as_ref())?;
         let boot = writer::boot(&store, &options.sinks)?;
         let last_pending = pending::last_id(&store)?;
+        // Whether an earlier run left pending rows for settlement to settle first.
+        let left_pending = store.last(Cf::Audit, &[keys::PENDING])?;
         let (requests, rx) = mpsc::channel(options.queue.max(1));
         let (committed_tx, committed) = watch::channel(boot.last_seq);
         let cursor = prune::cursor(&boot.positions);
@@ -185,7 +191,8 @@ impl Trail {
             clock,
             limits: options.limits,
             stats,
-            dual: Arc::new(dual::DualState::new(last_pending)),
+            dual: Arc::new(dual::DualState::new(last_pending, left_pending.is_none())),
+            refresh_pending: boot.refresh_pending,
         })
     }
 

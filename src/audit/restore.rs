@@ -11,6 +11,11 @@
 //! it all again, with another fresh id that nothing has seen); after it, the finished
 //! incarnation and no flag. Never half.
 //!
+//! The same batch leaves `m:refresh_pending`: routes (and Redis sources) live outside the
+//! store and were not rolled back with it, so once their stores are open the node publishes a
+//! state refresh for every one of them the restored trail no longer describes (see
+//! `subjects::remote::refresh`), and only then deletes the marker.
+//!
 //! Rows of the restored trail keep the incarnation they were published under, so a sink
 //! whose position came back from the backup receives them again with their original ids (and
 //! dedupes them), then the `instance.restored` event, then the new incarnation's rows, whose
@@ -95,8 +100,15 @@ pub(crate) fn open_pending(
         }
     }
     batch.delete_cf(audit, keys::meta_key(meta::INCARNATION_PENDING));
-    // sync = true: the incarnation, its row and the flag's deletion are durable together
-    // before the writer takes the first change of the new incarnation.
+    // The remote subjects were not restored with the trail: they are refreshed after boot
+    // (`subjects::remote::refresh`), and this marker stays until that is done.
+    batch.put_cf(
+        audit,
+        keys::meta_key(meta::REFRESH_PENDING),
+        seq.to_be_bytes(),
+    );
+    // sync = true: the incarnation, its row, the refresh marker and the flag's deletion are
+    // durable together before the writer takes the first change of the new incarnation.
     store.write(batch, true)?;
     fail::fail_point!("audit::restore::after_batch");
 

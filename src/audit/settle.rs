@@ -116,6 +116,15 @@ impl Trail {
         .unwrap_or_else(|e| Err(StoreError::Unavailable(e.to_string())))
     }
 
+    /// Resolves once settlement has been through every pending row an earlier run left (at
+    /// once when there was none): each is settled, or left for the next boot because its row
+    /// could not be read or written. Waits for [`Trail::start_settlement`].
+    pub async fn boot_settled(&self) {
+        let mut settled = self.dual.boot_settled.subscribe();
+        // The sender lives in the trail: it cannot close while `self` does.
+        let _ = settled.wait_for(|done| *done).await;
+    }
+
     async fn settle(&self, id: u64, presence: Presence) -> Result<Option<Settled>, StoreError> {
         let (reply, answer) = oneshot::channel();
         let request = Request::Settle(SettleReq {
@@ -139,16 +148,22 @@ struct Settler {
 impl Settler {
     async fn run(self, mut dropped: mpsc::UnboundedReceiver<u64>, shutdown: CancellationToken) {
         let mut tasks = JoinSet::new();
+        // The rows an earlier run left, apart: when they are all through, `boot_settled`.
+        let mut left = JoinSet::new();
         match self.trail.left_by_crash().await {
             Ok(ids) => {
                 if !ids.is_empty() {
                     dual_events::left_by_crash(ids.len());
                 }
                 for id in ids {
-                    tasks.spawn(self.one(id, false));
+                    left.spawn(self.one(id, false));
                 }
             }
             Err(e) => dual_events::settle_failed(None, &e),
+        }
+        let boot_settled = &self.trail.dual.boot_settled;
+        if left.is_empty() {
+            boot_settled.send_replace(true);
         }
         loop {
             tokio::select! {
@@ -158,9 +173,15 @@ impl Settler {
                     None => break,
                 },
                 Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+                Some(_) = left.join_next(), if !left.is_empty() => {
+                    if left.is_empty() {
+                        boot_settled.send_replace(true);
+                    }
+                }
             }
         }
         tasks.abort_all();
+        left.abort_all();
     }
 
     /// Settle pending row `id`; `dropped`: its caller just went away, and a write it had in

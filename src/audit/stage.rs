@@ -31,6 +31,48 @@ impl Staged {
         ctx: &Context,
         change: Change,
     ) -> Staged {
+        let before_hash = hasher.hash(change.before.as_ref());
+        Staged::build(
+            hasher,
+            lifecycle,
+            (seq, at),
+            ctx,
+            change,
+            before_hash,
+            false,
+        )
+    }
+
+    /// A state-refresh row (`refresh: true`, a system change) of `change`, whose `after` is
+    /// the subject's present state; `before_hash` is what the trail said of it before.
+    pub(crate) fn refresh(
+        hasher: &SubjectHasher,
+        lifecycle: bool,
+        (seq, at): (u64, u64),
+        change: Change,
+        before_hash: Option<String>,
+    ) -> Staged {
+        let ctx = Context::system();
+        Staged::build(
+            hasher,
+            lifecycle,
+            (seq, at),
+            &ctx,
+            change,
+            before_hash,
+            true,
+        )
+    }
+
+    fn build(
+        hasher: &SubjectHasher,
+        lifecycle: bool,
+        (seq, at): (u64, u64),
+        ctx: &Context,
+        change: Change,
+        before_hash: Option<String>,
+        refresh: bool,
+    ) -> Staged {
         let publish = lifecycle && change.entity.is_some();
         let row = Row {
             v: ROW_FORMAT,
@@ -43,12 +85,12 @@ impl Staged {
             tenant: change.tenant,
             resource: change.resource,
             detail: change.detail,
-            before_hash: hasher.hash(change.before.as_ref()),
+            before_hash,
             after_hash: hasher.hash(change.after.as_ref()),
             revision: change.revision,
             result: RowResult::Ok,
             publish,
-            refresh: false,
+            refresh,
         };
         let value = serde_json::to_vec(&row).expect("a row always serializes");
         let entity = match (publish, change.entity) {

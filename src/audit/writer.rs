@@ -24,9 +24,10 @@ use super::incarnation::History;
 use super::limits::{Limits, Pruned, SharedStats};
 use super::pending::{self, Answer};
 use super::prune::{self, Head, Pruning, SweepBatch};
+use super::refresh;
 use super::row::{Change, Row};
 use super::stage::Staged;
-use super::tx::{Overlay, Tx};
+use super::tx::{Op, Overlay, Tx};
 use super::usage::Usage;
 use super::Clock;
 use crate::store::{keys, keys::meta, Cf, Store, StoreError};
@@ -84,6 +85,10 @@ pub(crate) enum Request {
     Finish(pending::FinishReq),
     /// Move a pending row into the trail with what settlement found.
     Settle(pending::SettleReq),
+    /// Write a remote subject's state-refresh row, unless the trail already says its state.
+    Refresh(Box<refresh::RefreshReq>),
+    /// Delete `m:refresh_pending`: every remote kind is refreshed.
+    RefreshDone(oneshot::Sender<Result<(), StoreError>>),
     /// Finish what is queued, flush, and stop; the sender is answered when done.
     Shutdown(oneshot::Sender<()>),
 }
@@ -120,6 +125,9 @@ pub(crate) struct Boot {
     pub positions: BTreeMap<String, u64>,
     /// The seq of the newest row with a lifecycle event (an entity in the outbox).
     pub last_event: u64,
+    /// `m:refresh_pending`: the first seq of the restored incarnation whose remote subjects
+    /// are still to be refreshed.
+    pub refresh_pending: Option<u64>,
 }
 
 /// Read the store's meta, making what a new store lacks (`m:audit_key`, the first
@@ -164,6 +172,9 @@ pub(crate) fn boot(store: &Store, sinks: &[String]) -> Result<Boot, StoreError> 
         .last(Cf::Audit, &[keys::OUTBOX])?
         .and_then(|(k, _)| keys::decode_seq_key(keys::OUTBOX, &k))
         .unwrap_or(0);
+    let refresh_pending = store
+        .meta(meta::REFRESH_PENDING)?
+        .map(|v| crate::store::decode_u64(&v).unwrap_or(0));
     let mut positions = BTreeMap::new();
     for sink in sinks {
         positions.insert(sink.clone(), store.meta_u64(&meta::sink_cursor(sink))?);
@@ -180,6 +191,7 @@ pub(crate) fn boot(store: &Store, sinks: &[String]) -> Result<Boot, StoreError> 
         history,
         positions,
         last_event,
+        refresh_pending,
     })
 }
 
@@ -225,7 +237,7 @@ pub(super) struct Group {
 }
 
 /// What became of a change offered to the group.
-enum Admitted {
+pub(super) enum Admitted {
     /// Accepted as this row (boxed: a row is large, the refusals are not).
     Row(Box<Row>),
     /// Refused by its own validation (or it failed): the job knows why.
@@ -254,8 +266,12 @@ enum Taken {
         to: u64,
         reply: oneshot::Sender<Result<(), StoreError>>,
     },
-    /// A dual write's begin, finish or settlement.
+    /// A dual write's begin, finish or settlement, or a state refresh.
     Pending(Answer),
+    /// A meta key written for a caller (the refresh marker's deletion).
+    Meta {
+        reply: oneshot::Sender<Result<(), StoreError>>,
+    },
 }
 
 impl Writer {
@@ -367,6 +383,14 @@ impl Writer {
                 Request::Settle(req) => {
                     taken.push(Taken::Pending(pending::settle(self, &mut g, at, req)))
                 }
+                Request::Refresh(req) => {
+                    taken.push(Taken::Pending(refresh::take(self, &mut g, at, *req)))
+                }
+                Request::RefreshDone(reply) => {
+                    let key = keys::meta_key(meta::REFRESH_PENDING);
+                    g.batch.delete_cf(self.store.cf(Cf::Audit), key);
+                    taken.push(Taken::Meta { reply });
+                }
                 Request::Shutdown(_) => unreachable!("run() never puts a shutdown in a group"),
             }
         }
@@ -457,6 +481,20 @@ impl Writer {
             }
         };
         let staged = Staged::new(&self.hasher, self.lifecycle, g.seq + 1, at, ctx, change);
+        self.admit(g, staged, exempt, ops)
+    }
+
+    /// Put a staged row (and the ops of its change) into the group under the next seq, after
+    /// pruning the trail to make room for it under the ceilings; a change that is not
+    /// `exempt` is refused if it still does not fit.
+    pub(super) fn admit(
+        &mut self,
+        g: &mut Group,
+        staged: Staged,
+        exempt: bool,
+        ops: Vec<Op>,
+    ) -> Admitted {
+        let cursor = prune::cursor(&g.positions);
         let mut pruning = Pruning {
             head: &mut self.head,
             store: &self.store,
@@ -550,6 +588,13 @@ fn complete(taken: Vec<Taken>, written: Result<u64, StoreError>) {
             },
             Taken::Backlog { job } => job.complete(Fate::Backlog),
             Taken::Pending(answer) => answer.complete(&written),
+            Taken::Meta { reply } => {
+                let result = match &written {
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(StoreError::Unavailable(format!("batch not written: {e}"))),
+                };
+                let _ = reply.send(result);
+            }
             Taken::Sweep { outcome, reply } => {
                 let result = match &written {
                     Ok(_) => outcome,

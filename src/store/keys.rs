@@ -45,6 +45,12 @@ pub mod meta {
     /// The last pending id handed out (u64, big-endian): pending rows (`p`+id) count apart
     /// from the trail's seq, so that a begun change never holds a trail seq.
     pub const PENDING_SEQ: &str = "pending_seq";
+    /// Left by the boot that opened a restored store's new incarnation (in the same batch),
+    /// holding that incarnation's first seq (u64, big-endian): the subjects kept outside the
+    /// store (routes, Redis sources) were not rolled back with the trail, so every one whose
+    /// present state differs from what the trail says gets a state-refresh row. Deleted, by
+    /// the writer, only once every remote kind is refreshed; until then every boot redoes it.
+    pub const REFRESH_PENDING: &str = "refresh_pending";
 
     /// The meta name of sink `sink`'s position (the last seq it confirmed).
     pub fn sink_cursor(sink: &str) -> String {

@@ -48,6 +48,11 @@ impl RemoteSources {
         }
     }
 
+    /// The remote-subject handle underneath (its gate, and the refresh after a restore).
+    pub fn remote(&self) -> &Remote<Source> {
+        &self.0
+    }
+
     /// The reconcilers settlement needs for sources.
     pub fn reconcilers(&self) -> Reconcilers {
         self.0.reconcilers()

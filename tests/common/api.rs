@@ -110,7 +110,12 @@ impl TestNode {
 
     /// A node on a fresh store, its config changed by `tweak`.
     pub async fn start_with(tweak: impl FnOnce(&mut Value)) -> TestNode {
-        let dir = tempfile::tempdir().expect("tempdir");
+        Self::start_on(tempfile::tempdir().expect("tempdir"), tweak).await
+    }
+
+    /// A node on the store in `dir` (`<dir>/data`, as [`TestNode::stop`] hands it back),
+    /// its config changed by `tweak`.
+    pub async fn start_on(dir: tempfile::TempDir, tweak: impl FnOnce(&mut Value)) -> TestNode {
         let data = dir.path().join("data");
         let config = config(&data, tweak);
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");

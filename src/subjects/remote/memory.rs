@@ -44,6 +44,17 @@ impl<T: RemoteSubject + std::fmt::Debug> RemoteStore<T> for MemoryStore<T> {
         "memory"
     }
 
+    async fn tenants(&self) -> Result<Vec<String>, StoreError> {
+        let mut tenants: Vec<String> = Vec::new();
+        // Keys are in (tenant, id) order: a tenant's subjects are together.
+        for (tenant, _) in self.table().keys() {
+            if tenants.last() != Some(tenant) {
+                tenants.push(tenant.clone());
+            }
+        }
+        Ok(tenants)
+    }
+
     async fn get(&self, tenant: &str, id: &str) -> Result<Option<T>, StoreError> {
         Ok(self.table().get(&key(tenant, id)).cloned())
     }

@@ -10,8 +10,11 @@
 //! (no row, as for any change the store refuses, and 409 to the caller), or unknown because the store did not answer (settlement
 //! reads the subject back and decides; 503 to the caller).
 
+mod gate;
 pub mod memory;
 pub mod redis;
+pub mod refresh;
+mod refresh_events;
 mod write;
 
 use std::sync::Arc;
@@ -25,6 +28,8 @@ use super::read::{Page, ReadError, MAX_PAGE};
 use super::redact::Redacted;
 use crate::audit::{Present, Reconcile, Reconcilers, Trail};
 use crate::store::StoreError;
+
+pub use gate::Gate;
 
 /// A subject a [`RemoteStore`] keeps.
 pub trait RemoteSubject: Serialize + DeserializeOwned + Clone + Send + Sync + 'static {
@@ -63,6 +68,9 @@ pub trait RemoteStore<T: RemoteSubject>: Send + Sync + std::fmt::Debug {
     /// `memory` or `redis`.
     fn kind(&self) -> &'static str;
 
+    /// Every tenant that has a subject, each once (the refresh after a restore walks them).
+    async fn tenants(&self) -> Result<Vec<String>, StoreError>;
+
     /// Subject `id` of `tenant`.
     async fn get(&self, tenant: &str, id: &str) -> Result<Option<T>, StoreError>;
 
@@ -87,6 +95,9 @@ pub trait RemoteStore<T: RemoteSubject>: Send + Sync + std::fmt::Debug {
 pub struct Remote<T: RemoteSubject> {
     store: Arc<dyn RemoteStore<T>>,
     trail: Trail,
+    /// Holds changes back while the kind's refresh after a restore runs; shared by every
+    /// clone, so the handle the API holds is the one the refresh opens.
+    gate: Gate,
 }
 
 impl<T: RemoteSubject> Clone for Remote<T> {
@@ -94,19 +105,29 @@ impl<T: RemoteSubject> Clone for Remote<T> {
         Remote {
             store: self.store.clone(),
             trail: self.trail.clone(),
+            gate: self.gate.clone(),
         }
     }
 }
 
 impl<T: RemoteSubject> Remote<T> {
-    /// Subjects kept in `store`, their changes recorded in `trail`.
+    /// Subjects kept in `store`, their changes recorded in `trail`; changes are not held.
     pub fn new(store: Arc<dyn RemoteStore<T>>, trail: Trail) -> Remote<T> {
-        Remote { store, trail }
+        Remote {
+            store,
+            trail,
+            gate: Gate::default(),
+        }
     }
 
     /// The store.
     pub fn store(&self) -> &Arc<dyn RemoteStore<T>> {
         &self.store
+    }
+
+    /// The gate changes pass (closed while the kind is refreshed after a restore).
+    pub fn gate(&self) -> &Gate {
+        &self.gate
     }
 
     /// The reconciler settlement needs for this kind, by kind.

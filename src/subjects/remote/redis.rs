@@ -9,6 +9,9 @@
 //! - `<prefix><kind>s:{<tenant>}`: a sorted set of the tenant's ids (all at score 0, so that
 //!   `ZRANGEBYLEX` pages them in id order).
 //!
+//! The tenants are found by scanning for their index keys (`SCAN MATCH`), only by the refresh
+//! that follows a restore.
+//!
 //! The `{<tenant>}` hash tag keeps a tenant's keys in one Redis Cluster slot, so each write
 //! can be ONE Lua script: compare the stored revision with the expected one, write the subject
 //! and its index entry, bump the revision. Redis runs a script atomically, so two nodes racing
@@ -135,6 +138,23 @@ impl<T: RemoteSubject> RedisStore<T> {
     fn index_key(&self, tenant: &str) -> String {
         format!("{}{}s:{{{tenant}}}", self.prefix, T::KIND)
     }
+
+    /// The start of every tenant's index key: `<prefix><kind>s:{`.
+    fn index_stem(&self) -> String {
+        format!("{}{}s:{{", self.prefix, T::KIND)
+    }
+}
+
+/// `s` with Redis's glob characters escaped, to match itself in a `SCAN MATCH` pattern.
+fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// A stored `(rev, json)` pair as a subject; the store's `rev` is the truth.
@@ -169,6 +189,36 @@ fn cas(key: &str, (written, actual): (i64, i64)) -> Result<Cas, StoreError> {
 impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
     fn kind(&self) -> &'static str {
         "redis"
+    }
+
+    async fn tenants(&self) -> Result<Vec<String>, StoreError> {
+        // A tenant has an index key while it has a subject (Redis drops an emptied sorted
+        // set). SCAN walks the keyspace in bounded steps and may repeat a key: a set.
+        let stem = self.index_stem();
+        let pattern = format!("{}*}}", glob_escape(&stem));
+        let mut conn = self.conn().await?;
+        let mut tenants = std::collections::BTreeSet::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await
+                .map_err(unavailable)?;
+            for key in keys {
+                if let Some(tenant) = key.strip_prefix(&stem).and_then(|k| k.strip_suffix('}')) {
+                    tenants.insert(tenant.to_owned());
+                }
+            }
+            if next == 0 {
+                return Ok(tenants.into_iter().collect());
+            }
+            cursor = next;
+        }
     }
 
     async fn get(&self, tenant: &str, id: &str) -> Result<Option<T>, StoreError> {

@@ -2,14 +2,15 @@
 //! the store's compare-and-set on the revision the change read, then the row with what the
 //! compare-and-set said.
 //!
-//! It runs in a task of its own, so a client that hangs up mid-change does not cut it short
-//! between the store's write and the row.
+//! A change first passes the kind's gate (closed while a restore's refresh runs, see
+//! `gate.rs`). It runs in a task of its own, so a client that hangs up mid-change does not
+//! cut it short between the store's write and the row.
 
 use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
-use super::{corrupt, resource, view, Cas, Remote, RemoteStore, RemoteSubject};
+use super::{corrupt, refresh_events, resource, view, Cas, Remote, RemoteStore, RemoteSubject};
 use crate::audit::{Change, CommitError, Context, Finish};
 use crate::subjects::{ChangeResult, IfMatch, Outcome, SubjectError};
 
@@ -56,6 +57,11 @@ impl<T: RemoteSubject> Remote<T> {
             return Err(CommitError::StoreUnavailable);
         };
         let (tenant, id) = (subject.tenant().to_owned(), subject.id().to_owned());
+        // While the kind is refreshed after a restore, a change would race the refresh rows.
+        if self.gate.pass().await.is_err() {
+            refresh_events::held(T::KIND, &resource::<T>(&id));
+            return Err(CommitError::StoreUnavailable);
+        }
         let expected = before.as_ref().map_or(0, |b| b.revision());
         let revision = expected + 1;
         let after_view = after.as_ref().map(view).transpose()?;

@@ -29,6 +29,11 @@ impl Routes {
         self.0.store()
     }
 
+    /// The remote-subject handle underneath (its gate, and the refresh after a restore).
+    pub fn remote(&self) -> &Remote<Route> {
+        &self.0
+    }
+
     /// The reconcilers settlement needs for routes.
     pub fn reconcilers(&self) -> Reconcilers {
         self.0.reconcilers()

@@ -1,0 +1,319 @@
+//! The trail's half of the refresh that follows a restore: what the trail says of every
+//! subject kept outside the store, and the state-refresh rows that correct it.
+//!
+//! A restore rolls the trail back but not the route store (nor Redis sources): the changes the
+//! lost store made after the backup are still there, and a consumer that forgot them on
+//! `instance.restored` no longer knows them. So `m:refresh_pending` (left by `restore.rs` in
+//! the incarnation's batch) asks for one pass over each remote kind: [`Trail::remote_states`]
+//! scans the trail once and keeps, per subject, the hash of the state its newest row says;
+//! the caller (`subjects::remote::refresh`, which knows the stores) reads every subject's
+//! present state and hands it to [`Trail::refresh`]. The writer hashes it (the key never
+//! leaves it) and writes a `<kind>.refresh` row (system, `refresh: true`, its entity the
+//! redacted present state, or `null` for a subject that is gone) only where the two differ.
+//!
+//! A refresh row says the state it published (its `after_hash`), so a refresh cut short by a
+//! crash and run again at the next boot writes rows only for what still differs.
+
+use std::collections::HashMap;
+
+use serde_json::{json, Value};
+use tokio::sync::oneshot;
+
+use super::pending::{Answer, SettleReply, Settled};
+use super::row::{decode_row, Change, Row, RowResult};
+use super::settle::Present;
+use super::stage::Staged;
+use super::writer::{Admitted, Group, Request, Writer};
+use super::Trail;
+use crate::store::{keys, Cf, Store, StoreError};
+
+/// The verb of a state-refresh row's action: `<kind>.refresh`.
+pub const REFRESH_VERB: &str = "refresh";
+
+/// What the trail last said of a subject.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Known {
+    /// The hash of its state (`None`: it did not exist), as the newest row that touched it
+    /// says: a change that took effect, or a `<kind>.refresh` row.
+    State(Option<String>),
+    /// Its newest row settled `interrupted` (the change may or may not have been applied), or
+    /// was a settlement's refresh (whose `after_hash` is the change's, not the state it
+    /// published): any state.
+    Unknown,
+}
+
+/// A subject: its kind, tenant and resource (`routes/<id>`).
+pub type SubjectKey = (String, String, String);
+
+/// What the trail says of every subject of some remote kinds.
+#[derive(Debug, Default)]
+pub struct TrailStates {
+    /// Rows scanned.
+    pub rows: u64,
+    subjects: HashMap<SubjectKey, Known>,
+}
+
+impl TrailStates {
+    /// What the trail says of one subject (taken out: the rest is what the store lacks).
+    pub fn take(&mut self, kind: &str, tenant: &str, resource: &str) -> Option<Known> {
+        let key = (kind.to_owned(), tenant.to_owned(), resource.to_owned());
+        self.subjects.remove(&key)
+    }
+
+    /// Every subject of `kind` not taken yet, as `(tenant, resource, known)`.
+    pub fn rest(&mut self, kind: &str) -> Vec<(String, String, Known)> {
+        let keys: Vec<SubjectKey> = self
+            .subjects
+            .keys()
+            .filter(|(k, _, _)| k == kind)
+            .cloned()
+            .collect();
+        keys.into_iter()
+            .filter_map(|key| {
+                let known = self.subjects.remove(&key)?;
+                Some((key.1, key.2, known))
+            })
+            .collect()
+    }
+
+    /// How many subjects it knows.
+    pub fn len(&self) -> usize {
+        self.subjects.len()
+    }
+
+    /// Whether it knows none.
+    pub fn is_empty(&self) -> bool {
+        self.subjects.is_empty()
+    }
+
+    /// Fold one row in: rows come in seq order, so the newest that says something wins.
+    fn note(&mut self, row: Row, kinds: &[String]) {
+        let Some(tenant) = row.tenant else { return };
+        let Some((kind, verb)) = row.action.split_once('.') else {
+            return;
+        };
+        if !kinds.iter().any(|k| k == kind) {
+            return;
+        }
+        let known = if verb == REFRESH_VERB {
+            Known::State(row.after_hash)
+        } else if row.refresh {
+            Known::Unknown
+        } else {
+            match row.result {
+                RowResult::Ok => Known::State(row.after_hash),
+                RowResult::Interrupted => Known::Unknown,
+                // Not applied: the state is what the rows before it said.
+                RowResult::Failed => return,
+            }
+        };
+        self.subjects
+            .insert((kind.to_owned(), tenant, row.resource), known);
+    }
+}
+
+/// Scan the trail from seq `from` (every row below it is pruned) and fold in the rows of
+/// subjects of `kinds`. One pass, one row decoded at a time; only the per-subject states are
+/// kept.
+pub(crate) fn states(
+    store: &Store,
+    from: u64,
+    kinds: &[String],
+) -> Result<TrailStates, StoreError> {
+    let mut states = TrailStates::default();
+    let mut failure = None;
+    store.scan(Cf::Audit, &[keys::ROW], &keys::row_seek(from), |k, v| {
+        match decode_row(k, v) {
+            Ok(row) => {
+                states.rows += 1;
+                states.note(row, kinds);
+            }
+            Err(e) => failure = Some(e),
+        }
+        failure.is_none()
+    })?;
+    failure.map_or(Ok(states), Err)
+}
+
+/// One subject's present state, offered for a refresh row.
+#[derive(Debug, Clone)]
+pub struct Refresh {
+    /// Its kind (`route`).
+    pub kind: String,
+    /// Its tenant.
+    pub tenant: String,
+    /// Its resource (`routes/<id>`).
+    pub resource: String,
+    /// Its present state and view (`None`: it does not exist).
+    pub present: Option<Present>,
+    /// Its present revision.
+    pub revision: Option<u64>,
+    /// What the trail says of it (`None`: nothing, as for a subject it never recorded or
+    /// whose rows were all pruned).
+    pub known: Option<Known>,
+}
+
+/// A refresh on its way to the writer.
+pub(crate) struct RefreshReq {
+    pub refresh: Refresh,
+    pub reply: SettleReply,
+}
+
+/// On the writer: hash the present state; if the trail already says it, write nothing,
+/// else put the refresh row into the group. A system change, never refused by the ceilings.
+pub(crate) fn take(w: &mut Writer, g: &mut Group, at: u64, req: RefreshReq) -> Answer {
+    let RefreshReq { refresh: r, reply } = req;
+    let (state, view) = match r.present {
+        Some(p) => (Some(p.state), p.view),
+        None => (None, Value::Null),
+    };
+    let hash = w.hasher.hash(state.as_ref());
+    let before_hash = match r.known {
+        Some(Known::State(known)) if known == hash => {
+            return Answer::Settled {
+                row: Ok(None),
+                reply,
+            }
+        }
+        None if hash.is_none() => {
+            return Answer::Settled {
+                row: Ok(None),
+                reply,
+            }
+        }
+        Some(Known::State(known)) => known,
+        Some(Known::Unknown) | None => None,
+    };
+    let mut change = Change::new(format!("{}.{REFRESH_VERB}", r.kind), r.resource)
+        .tenant(r.tenant)
+        .states(None, state)
+        .entity(view)
+        .detail("reason", json!("restore"));
+    change.revision = r.revision;
+    let staged = Staged::refresh(&w.hasher, w.lifecycle, (g.seq + 1, at), change, before_hash);
+    let row = match w.admit(g, staged, true, Vec::new()) {
+        Admitted::Row(row) => Ok(Some(row)),
+        Admitted::Refused | Admitted::Backlog => Err(StoreError::Unavailable(
+            "reading the oldest rows to make room failed".into(),
+        )),
+    };
+    Answer::Settled { row, reply }
+}
+
+impl Trail {
+    /// The first seq of the restored incarnation whose remote subjects are still to be
+    /// refreshed (`m:refresh_pending`), as of boot.
+    pub fn refresh_pending(&self) -> Option<u64> {
+        self.refresh_pending
+    }
+
+    /// What the trail says of every subject of `kinds` (see [`TrailStates`]), off the
+    /// runtime.
+    pub async fn remote_states(&self, kinds: Vec<String>) -> Result<TrailStates, StoreError> {
+        let (store, from) = (self.store.clone(), self.usage().from);
+        tokio::task::spawn_blocking(move || states(&store, from, &kinds))
+            .await
+            .unwrap_or_else(|e| Err(StoreError::Unavailable(format!("scan task failed: {e}"))))
+    }
+
+    /// Write `refresh`'s state-refresh row if its present state is not what the trail says:
+    /// `Ok(None)` when it is.
+    pub async fn refresh(&self, refresh: Refresh) -> Result<Option<Settled>, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let request = Request::Refresh(Box::new(RefreshReq { refresh, reply }));
+        let closed = || StoreError::Unavailable("the audit writer has stopped".into());
+        self.requests.send(request).await.map_err(|_| closed())?;
+        answer.await.map_err(|_| closed())?
+    }
+
+    /// Delete `m:refresh_pending`: every remote kind is refreshed.
+    pub async fn refresh_done(&self) -> Result<(), StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let closed = || StoreError::Unavailable("the audit writer has stopped".into());
+        let request = Request::RefreshDone(reply);
+        self.requests.send(request).await.map_err(|_| closed())?;
+        answer.await.map_err(|_| closed())?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::ROW_FORMAT;
+
+    fn row(action: &str, result: RowResult, refresh: bool, after: Option<&str>) -> Row {
+        Row {
+            v: ROW_FORMAT,
+            seq: 1,
+            at: 1,
+            actor: "a".into(),
+            remote_ip: None,
+            request_id: None,
+            action: action.into(),
+            tenant: Some("t1".into()),
+            resource: "routes/r1".into(),
+            detail: Default::default(),
+            before_hash: None,
+            after_hash: after.map(str::to_owned),
+            revision: None,
+            result,
+            publish: true,
+            refresh,
+        }
+    }
+
+    fn known(rows: Vec<Row>) -> Option<Known> {
+        let mut states = TrailStates::default();
+        for r in rows {
+            states.note(r, &["route".to_owned()]);
+        }
+        states.take("route", "t1", "routes/r1")
+    }
+
+    #[test]
+    fn the_newest_row_that_says_a_state_wins() {
+        use RowResult::*;
+        let ok = |a: &str, h| row(a, Ok, false, h);
+        assert_eq!(
+            known(vec![ok("route.create", Some("h1"))]),
+            Some(Known::State(Some("h1".into())))
+        );
+        assert_eq!(
+            known(vec![
+                ok("route.create", Some("h1")),
+                ok("route.delete", None)
+            ]),
+            Some(Known::State(None))
+        );
+        // A failed change changed nothing.
+        assert_eq!(
+            known(vec![
+                ok("route.create", Some("h1")),
+                row("route.update", Failed, false, Some("h2"))
+            ]),
+            Some(Known::State(Some("h1".into())))
+        );
+        // Interrupted, or a settlement's refresh: any state.
+        assert_eq!(
+            known(vec![
+                ok("route.create", Some("h1")),
+                row("route.update", Interrupted, false, Some("h2"))
+            ]),
+            Some(Known::Unknown)
+        );
+        assert_eq!(
+            known(vec![row("route.update", Interrupted, true, Some("h2"))]),
+            Some(Known::Unknown)
+        );
+        // A refresh row says the state it published.
+        assert_eq!(
+            known(vec![
+                row("route.update", Interrupted, true, Some("h2")),
+                ok("route.refresh", Some("h3"))
+            ]),
+            Some(Known::State(Some("h3".into())))
+        );
+        // Other kinds, and rows without a tenant, are not remote subjects.
+        assert_eq!(known(vec![ok("source.create", Some("h1"))]), None);
+    }
+}
