@@ -730,10 +730,10 @@ async fn a_refresh_cut_short_is_finished_by_the_next_boot_with_one_row_per_route
     scenario.teardown();
 }
 
-/// The same through a running node (`node::serve`): it refreshes its Redis routes after a
-/// restore, while serving, and takes their changes once done.
+/// The same through a running node (`node::serve`), with sources in Redis too: it refreshes
+/// both kinds after a restore, while serving, and takes their changes once done.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restored_node_refreshes_its_redis_routes_then_takes_their_changes() {
+async fn a_restored_node_refreshes_its_redis_routes_and_sources_then_takes_their_changes() {
     use api::{TestNode, ADMIN};
     use reqwest::{Method, StatusCode};
     use serde_json::json;
@@ -743,14 +743,25 @@ async fn a_restored_node_refreshes_its_redis_routes_then_takes_their_changes() {
     let on_redis = |v: &mut Value| {
         v["routes"]["store"] = json!("redis");
         v["routes"]["redis_url"] = json!(url);
+        v["sources"]["store"] = json!("redis");
+        v["sources"]["redis_url"] = json!(url);
         v["settlement"]["interval"] = json!("100ms");
     };
     const ROUTES: &str = "/admin/v1/tenants/t1/routes";
+    const SOURCES: &str = "/admin/v1/tenants/t1/sources";
+    let source = |id: &str| {
+        json!({"id": id, "kind": "webhook", "secret": "hunter2-sekrit",
+               "config": {"url": "https://example.test/hook"}})
+    };
     let route = |id: &str| json!({"id": id, "source": "s1", "destination": "https://a.test/"});
     let node = TestNode::start_with(on_redis).await;
     for id in ["r1", "r2"] {
         let r = node
             .call(Method::POST, ROUTES, ADMIN, Some(route(id)))
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+        let r = node
+            .call(Method::POST, SOURCES, ADMIN, Some(source(id)))
             .await;
         assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
     }
@@ -762,7 +773,7 @@ async fn a_restored_node_refreshes_its_redis_routes_then_takes_their_changes() {
             .unwrap()
             .back_up(&store, SystemClock.now_ms())
             .unwrap();
-        assert_eq!(info.audit_seq, Some(2));
+        assert_eq!(info.audit_seq, Some(4));
     }
     let node = TestNode::start_on(dir, on_redis).await;
     let patch = json!({"destination": "https://lost.test/"});
@@ -778,6 +789,11 @@ async fn a_restored_node_refreshes_its_redis_routes_then_takes_their_changes() {
         .call(Method::POST, ROUTES, ADMIN, Some(route("r3")))
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let secret = json!({"secret": "hunter3-sekrit"});
+    let r = node
+        .call(Method::PATCH, &format!("{SOURCES}/r1"), ADMIN, Some(secret))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     let dir = node.stop().await;
 
     restore_into(&dir.path().join("backups"), &dir.path().join("data"));
@@ -787,11 +803,30 @@ async fn a_restored_node_refreshes_its_redis_routes_then_takes_their_changes() {
         .call(Method::PATCH, &format!("{ROUTES}/r1"), ADMIN, Some(patch))
         .await;
     assert_eq!(changed.status, StatusCode::OK, "{}", changed.text);
+    // Sources are refreshed after routes: their change waits for that.
+    let secret = json!({"secret": "hunter4-sekrit"});
+    let source_changed = node
+        .call(Method::PATCH, &format!("{SOURCES}/r1"), ADMIN, Some(secret))
+        .await;
+    assert_eq!(
+        source_changed.status,
+        StatusCode::OK,
+        "{}",
+        source_changed.text
+    );
     let rows = node.rows().await;
     let refreshes: Vec<&Value> = rows
         .iter()
         .filter(|r| r["action"] == "route.refresh")
         .collect();
+    let sources: Vec<&Value> = rows
+        .iter()
+        .filter(|r| r["action"] == "source.refresh")
+        .collect();
+    assert_eq!(sources.len(), 1, "only the source whose secret changed");
+    assert_eq!(sources[0]["resource"], "sources/r1");
+    assert_eq!(sources[0]["refresh"], true);
+    assert!(sources[0]["seq"].as_u64() < source_changed.seq());
     let mut resources: Vec<&str> = refreshes
         .iter()
         .map(|r| r["resource"].as_str().unwrap())
