@@ -311,3 +311,14 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
         cas(&key, reply)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::glob_escape;
+
+    #[test]
+    fn a_prefix_matches_only_itself_in_a_scan_pattern() {
+        assert_eq!(glob_escape("ankusa:routes:{"), "ankusa:routes:{");
+        assert_eq!(glob_escape(r"a*b?[c]\d"), r"a\*b\?\[c\]\\d");
+    }
+}
