@@ -12,7 +12,8 @@
 //!   is filled by another process first, so only the drain counts).
 //!
 //! Run with `cargo bench --bench publish` (release). `ANKUSA_BENCH_EVENTS` scales the backlog;
-//! `ANKUSA_BENCH_BATCH` sets the publisher's batch (default 1000).
+//! `ANKUSA_BENCH_BATCH` sets the publisher's batch (default 1000); `ANKUSA_BENCH_IN_FLIGHT` its attempts in flight (default 4); `ANKUSA_BENCH_ONLY` picks
+//! parts (`kafka,webhook,latency,rss`; all by default).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,6 +43,12 @@ fn main() {
     if let Some(i) = args.iter().position(|a| a == "--drain") {
         return drain_process(&args[i + 1], args[i + 2].parse().unwrap());
     }
+    if let Some(i) = args.iter().position(|a| a == "--drain-kafka") {
+        return drain_kafka_process(&args[i + 1]);
+    }
+    if let Some(i) = args.iter().position(|a| a == "--drain-webhook") {
+        return drain_webhook_process(&args[i + 1]);
+    }
     let events: u64 = std::env::var("ANKUSA_BENCH_EVENTS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -55,18 +62,42 @@ fn main() {
     cluster.create_topic(TOPIC, 8, 1).unwrap();
     let brokers = cluster.bootstrap_servers();
     runtime.block_on(async {
-        let (ours, bare) = kafka(&brokers, events).await;
-        println!("kafka   ours {ours:>9.0} ev/s   bare producer {bare:>9.0} ev/s   ratio {:.2}", ours / bare);
-        let (ours, bare) = webhook(20_000).await;
-        println!("webhook ours {ours:>9.0} ev/s   bare reqwest  {bare:>9.0} ev/s   ratio {:.2}", ours / bare);
-        let (p50, p99, max) = latency(&brokers).await;
-        println!("latency commit->confirmed at 1000 changes/s: p50 {p50:.2} ms  p99 {p99:.2} ms  max {max:.2} ms");
+        if part("kafka") {
+            let (ours, bare) = kafka(&brokers, events).await;
+            println!("kafka   ours {ours:>9.0} ev/s   bare producer {bare:>9.0} ev/s   ratio {:.2}", ours / bare);
+        }
+        if part("webhook") {
+            let (ours, bare) = webhook(20_000).await;
+            println!("webhook ours {ours:>9.0} ev/s   bare reqwest  {bare:>9.0} ev/s   ratio {:.2}", ours / bare);
+        }
+        if part("latency") {
+            let (p50, p99, max) = latency(&brokers).await;
+            println!("latency commit->confirmed at 1000 changes/s: p50 {p50:.2} ms  p99 {p99:.2} ms  max {max:.2} ms");
+        }
     });
-    let rss = rss_drain(500_000);
-    println!(
-        "peak RSS draining 500000 events to a file sink: {:.1} MiB",
-        rss as f64 / 1024.0
-    );
+    if part("rss") {
+        let rss = rss_drain(500_000);
+        println!(
+            "peak RSS draining 500000 events to a file sink: {:.1} MiB",
+            rss as f64 / 1024.0
+        );
+    }
+}
+
+/// The publisher's attempts in flight: `ANKUSA_BENCH_IN_FLIGHT`, the default config's 4 when
+/// unset.
+fn in_flight() -> usize {
+    std::env::var("ANKUSA_BENCH_IN_FLIGHT")
+        .ok()
+        .and_then(|b| b.parse().ok())
+        .unwrap_or(4)
+}
+
+/// Whether `name` is one of the parts to run: `ANKUSA_BENCH_ONLY` (comma-separated: kafka,
+/// webhook, latency, rss), all of them when unset.
+fn part(name: &str) -> bool {
+    std::env::var("ANKUSA_BENCH_ONLY")
+        .map_or(true, |only| only.split(',').any(|p| p.trim() == name))
 }
 
 /// A trail on a fresh store with `sinks` configured.
@@ -137,6 +168,7 @@ async fn drain(trail: &Trail, sink: Arc<dyn Sink>, name: &str) -> f64 {
             .and_then(|b| b.parse().ok())
             .unwrap_or(1000),
         idle: Duration::from_millis(50),
+        in_flight: in_flight(),
     };
     let started = Instant::now();
     let publisher = Publisher::start(trail.clone(), vec![spec], options, stop.clone())
@@ -156,7 +188,7 @@ fn events_of(trail: &Trail) -> Vec<ankusa_sinks::Event> {
     let rows = outbox::read(trail.store(), 0, usize::MAX).unwrap();
     rows.into_iter()
         .map(|(row, entity)| {
-            ankusa::lifecycle::event::build(&row, entity, trail.history(), "urn:ankusa:bench")
+            ankusa::lifecycle::event::build(&row, &entity, trail.history(), "urn:ankusa:bench")
                 .unwrap()
         })
         .collect()
@@ -288,6 +320,7 @@ async fn latency(brokers: &str) -> (f64, f64, f64) {
         source: "urn:ankusa:bench".into(),
         batch: 1000,
         idle: Duration::from_secs(1),
+        in_flight: in_flight(),
     };
     let publisher = Arc::new(
         Publisher::start(trail.clone(), vec![spec], options, stop.clone())
@@ -400,4 +433,40 @@ fn drain_process(store: &str, n: u64) {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     let hwm = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
     println!("{}", hwm.split_whitespace().nth(1).unwrap());
+}
+
+/// Drain a store filled by `--fill` to a Kafka MockCluster and print the rate: the drain
+/// alone, in a process of its own, for a profiler.
+fn drain_kafka_process(store: &str) {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic(TOPIC, 8, 1).unwrap();
+    let brokers = cluster.bootstrap_servers();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let trail = trail(std::path::Path::new(store), &["kafka"]);
+        let sink = KafkaSink::new(KafkaConfig::new(&brokers, TOPIC)).unwrap();
+        let rate = drain(&trail, Arc::new(sink), "kafka").await;
+        println!("kafka drain {rate:.0} ev/s");
+        trail.shutdown().await;
+    });
+}
+
+/// Drain a store filled by `--fill` to a webhook receiver on loopback and print the rate.
+fn drain_webhook_process(store: &str) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let url = receiver().await;
+        let trail = trail(std::path::Path::new(store), &["hook"]);
+        let config = WebhookConfig::new(url, vec![SECRET.into()]);
+        let sink = WebhookSink::new(config).unwrap();
+        let rate = drain(&trail, Arc::new(sink), "hook").await;
+        println!("webhook drain {rate:.0} ev/s");
+        trail.shutdown().await;
+    });
 }

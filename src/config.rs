@@ -149,6 +149,9 @@ pub struct LifecycleConfig {
     /// How long a sink's loop waits for a commit before it looks at the outbox anyway.
     #[serde(with = "humantime_serde")]
     pub idle: Duration,
+    /// Most delivery attempts (batches) in flight per sink, for sinks that keep order across
+    /// attempts (Kafka).
+    pub in_flight: usize,
 }
 
 impl LifecycleConfig {
@@ -158,6 +161,9 @@ impl LifecycleConfig {
         }
         if self.idle.is_zero() {
             return invalid("lifecycle.idle", "must be more than zero");
+        }
+        if !(1..=64).contains(&self.in_flight) {
+            return invalid("lifecycle.in_flight", "must be between 1 and 64");
         }
         let mut seen = HashSet::new();
         for name in &self.sinks {

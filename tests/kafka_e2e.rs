@@ -133,6 +133,7 @@ async fn events_reach_a_real_broker_with_every_header_key_and_payload() {
         source: "urn:ankusa:e2e".into(),
         batch: 16,
         idle: Duration::from_millis(50),
+        in_flight: 4,
     };
     let publisher = Running::start(&trail, vec![spec], options).await;
     wait_for("delivery", || publisher.statuses()[0].position == 50).await;

@@ -45,6 +45,7 @@ fn options() -> PublisherOptions {
         source: "urn:ankusa:test".into(),
         batch: 256,
         idle: Duration::from_millis(50),
+        in_flight: 4,
     }
 }
 

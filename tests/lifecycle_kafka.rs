@@ -56,6 +56,7 @@ async fn ten_thousand_events_reach_kafka_in_order_per_key_with_stable_ids() {
         source: "urn:ankusa:test".into(),
         batch: 500,
         idle: Duration::from_millis(50),
+        in_flight: 4,
     };
     let publisher = Running::start(&trail, vec![spec], options).await;
     wait_for("delivery", || publisher.statuses()[0].position == 10_000).await;

@@ -53,6 +53,7 @@ async fn publish_to(trail: &Trail, events: &Path, last: u64) {
         source: "urn:ankusa:test".into(),
         batch: 4,
         idle: Duration::from_millis(20),
+        in_flight: 4,
     };
     let publisher = Publisher::start(
         trail.clone(),

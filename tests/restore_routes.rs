@@ -160,6 +160,7 @@ async fn publish_all(trail: &Trail, events: &Path) {
         source: "urn:ankusa:test".into(),
         batch: 4,
         idle: Duration::from_millis(20),
+        in_flight: 4,
     };
     let publisher = Publisher::start(
         trail.clone(),

@@ -1,16 +1,43 @@
 //! How an event becomes bytes in structured mode (file lines, webhook structured and batch
-//! bodies).
+//! bodies, dead letters).
 //!
 //! The SDK serializes extensions from a `HashMap`, whose order changes with every rebuilt
 //! event. A redelivery must carry the *same body* as the first attempt (receivers dedupe and
 //! verify signatures on it), so we go through `serde_json::Value`, whose maps are ordered by
 //! key: the same event always gives the same bytes, in any process.
+//!
+//! The publisher hands sinks events whose JSON data is already bytes (`Data::Binary` with
+//! `datacontenttype: application/json`): binary modes send those bytes as they are, with no
+//! parse and no re-serialization. The SDK would write such data as `data_base64` in structured
+//! mode; a JSON reader expects `data`, so structured mode puts the parsed JSON there.
 
-use cloudevents::Event;
+use cloudevents::{AttributesReader, Data, Event};
+use serde_json::Value;
+
+/// The structured-mode JSON of `event` as a value, keys sorted, JSON data under `data`.
+pub fn structured_value(event: &Event) -> Result<Value, serde_json::Error> {
+    let mut value = serde_json::to_value(event)?;
+    if let (Some(Data::Binary(bytes)), true, Some(map)) = (
+        event.data(),
+        event.datacontenttype().is_some_and(is_json),
+        value.as_object_mut(),
+    ) {
+        map.remove("data_base64");
+        map.insert("data".to_owned(), serde_json::from_slice(bytes)?);
+    }
+    Ok(value)
+}
+
+/// Whether a content type is JSON (`application/json`, `+json` suffixes, parameters ignored).
+fn is_json(content_type: &str) -> bool {
+    let essence = content_type.split(';').next().unwrap_or("").trim();
+    essence.eq_ignore_ascii_case("application/json")
+        || essence.to_ascii_lowercase().ends_with("+json")
+}
 
 /// The structured-mode JSON of `event` (`application/cloudevents+json`), keys sorted.
 pub(crate) fn structured(event: &Event) -> Result<Vec<u8>, serde_json::Error> {
-    serde_json::to_vec(&serde_json::to_value(event)?)
+    serde_json::to_vec(&structured_value(event)?)
 }
 
 /// The batched-mode JSON of `events` (`application/cloudevents-batch+json`): an array of
@@ -20,7 +47,57 @@ pub(crate) fn batch<'a>(
 ) -> Result<Vec<u8>, serde_json::Error> {
     let values = events
         .into_iter()
-        .map(serde_json::to_value)
+        .map(structured_value)
         .collect::<Result<Vec<_>, _>>()?;
     serde_json::to_vec(&values)
+}
+
+#[cfg(test)]
+mod tests {
+    use cloudevents::{EventBuilder, EventBuilderV10};
+    use serde_json::json;
+
+    use super::*;
+
+    fn event(data: Data) -> Event {
+        let builder = EventBuilderV10::new()
+            .id("1")
+            .ty("io.ankusa.route.created")
+            .source("urn:n");
+        match data {
+            Data::Binary(b) => builder.data("application/json", b),
+            Data::Json(j) => builder.data("application/json", j),
+            Data::String(s) => builder.data("text/plain", s),
+        }
+        .build()
+        .unwrap()
+    }
+
+    #[test]
+    fn json_bytes_and_json_values_encode_alike() {
+        let data = json!({"action": "route.create", "entity": {"id": "r1"}, "revision": 1});
+        let bytes = serde_json::to_vec(&data).unwrap();
+        let from_bytes = structured(&event(Data::Binary(bytes))).unwrap();
+        let from_value = structured(&event(Data::Json(data.clone()))).unwrap();
+        assert_eq!(from_bytes, from_value);
+        let parsed: Value = serde_json::from_slice(&from_bytes).unwrap();
+        assert_eq!(parsed["data"], data);
+        assert!(parsed.get("data_base64").is_none());
+    }
+
+    #[test]
+    fn other_data_is_left_to_the_sdk() {
+        let e = EventBuilderV10::new()
+            .id("1")
+            .ty("t")
+            .source("urn:n")
+            .data("application/octet-stream", vec![0u8, 159, 146])
+            .build()
+            .unwrap();
+        let v = structured_value(&e).unwrap();
+        assert_eq!(v["data_base64"], "AJ+S");
+        assert!(v.get("data").is_none());
+        assert!(is_json("application/cloudevents+json; charset=utf-8"));
+        assert!(!is_json("text/plain"));
+    }
 }

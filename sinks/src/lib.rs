@@ -30,6 +30,7 @@ pub(crate) mod test_support;
 pub mod webhook;
 
 pub use config::SinkConfig;
+pub use encoding::structured_value;
 pub use file::{FileConfig, FileSink};
 pub use kafka::{KafkaConfig, KafkaSink};
 pub use retry::RetryPolicy;
@@ -87,6 +88,35 @@ pub enum SinkError {
     Io(#[from] std::io::Error),
 }
 
+/// A delivery attempt under way: its events are handed over, their outcomes still to come.
+pub struct Submitted {
+    /// Whether the caller may submit its next events before these outcomes are known. A sink
+    /// says so when its destination keeps the order of what was handed over across attempts
+    /// in flight, and no event of this attempt has already failed (a later event of its key
+    /// must not overtake it).
+    pub open: bool,
+    /// Exactly one outcome per event, in order.
+    pub outcomes: futures::future::BoxFuture<'static, Vec<Outcome>>,
+}
+
+impl Submitted {
+    /// An attempt already over: nothing may overtake it until it is settled.
+    pub fn done(outcomes: Vec<Outcome>) -> Submitted {
+        Submitted {
+            open: false,
+            outcomes: Box::pin(std::future::ready(outcomes)),
+        }
+    }
+}
+
+impl std::fmt::Debug for Submitted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Submitted")
+            .field("open", &self.open)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A destination for lifecycle events.
 #[async_trait]
 pub trait Sink: Send + Sync {
@@ -97,6 +127,14 @@ pub trait Sink: Send + Sync {
     /// per event, in the same order. Must not panic and must not retry forever: retries are
     /// the caller's, so that it can stop, persist positions and report.
     async fn send(&self, events: &[Delivery]) -> Vec<Outcome>;
+
+    /// Start one delivery attempt for `events` and return once they are handed over, with
+    /// their outcomes to come (same contract as [`send`](Sink::send)). While an open attempt
+    /// is in flight the caller may submit the next events, so throughput does not wait on
+    /// the destination's round trip. The default is `send`, over before it returns.
+    async fn submit(&self, events: &[Delivery]) -> Submitted {
+        Submitted::done(self.send(events).await)
+    }
 
     /// Exercise the real path to the destination (metadata fetch, a request, a file open).
     async fn healthcheck(&self) -> Result<(), SinkError>;

@@ -71,6 +71,7 @@ fn main() {
             source: "urn:ankusa:crashtest".into(),
             batch,
             idle: Duration::from_millis(20),
+            in_flight: 4,
         };
         let stop = CancellationToken::new();
         let publisher = Publisher::start(trail.clone(), vec![spec], options, stop.clone())

@@ -6,7 +6,6 @@
 
 use chrono::{DateTime, Utc};
 use cloudevents::{Event, EventBuilder, EventBuilderV10};
-use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::audit::{History, Row};
@@ -59,10 +58,27 @@ pub fn sequence(seq: u64) -> String {
     format!("{seq:020}")
 }
 
-/// Build the event of `row`, whose redacted entity is `entity`, published by node `source`.
+/// The event's data: `{"action", "entity", "revision"}` as JSON bytes, with the stored
+/// entity's bytes (compact JSON, keys sorted, as the writer stored it) spliced in unparsed.
+/// The same bytes `serde_json::to_vec(&json!({...}))` gives, without building a value.
+pub fn data(row: &Row, entity: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(entity.len() + row.action.len() + 48);
+    out.extend_from_slice(br#"{"action":"#);
+    serde_json::to_writer(&mut out, &row.action).expect("a string always serializes");
+    out.extend_from_slice(br#","entity":"#);
+    out.extend_from_slice(entity);
+    out.extend_from_slice(br#","revision":"#);
+    serde_json::to_writer(&mut out, &row.revision).expect("a number always serializes");
+    out.push(b'}');
+    out
+}
+
+/// Build the event of `row`, whose redacted entity is `entity` (its stored JSON bytes,
+/// already checked to be JSON), published by node `source`. The data is JSON bytes
+/// (`Data::Binary`, `datacontenttype: application/json`): binary modes send them as they are.
 pub fn build(
     row: &Row,
-    entity: Value,
+    entity: &[u8],
     history: &History,
     source: &str,
 ) -> Result<Event, EventError> {
@@ -73,11 +89,7 @@ pub fn build(
     let incarnation = history.of(row.seq).id;
     let time: DateTime<Utc> = DateTime::from_timestamp_millis(row.at as i64)
         .ok_or_else(|| err(format!("bad time {}", row.at)))?;
-    let data = json!({
-        "action": row.action,
-        "revision": row.revision,
-        "entity": entity,
-    });
+    let data = data(row, entity);
     EventBuilderV10::new()
         .id(event_id(incarnation, row.seq).to_string())
         .ty(event_type(row))
@@ -97,6 +109,7 @@ mod tests {
     use super::*;
     use crate::audit::{Incarnation, RowResult, ROW_FORMAT};
     use cloudevents::AttributesReader;
+    use serde_json::{json, Value};
 
     fn row(seq: u64, action: &str) -> Row {
         Row {
@@ -148,7 +161,7 @@ mod tests {
         let history = History(vec![Incarnation { from: 1, id: inc }]);
         let e = build(
             &row(42, "route.update"),
-            json!({"id": "r1"}),
+            br#"{"id":"r1"}"#,
             &history,
             "urn:n",
         )
@@ -173,13 +186,25 @@ mod tests {
             "t1/routes/r1"
         );
         let data: Value = match e.data().unwrap() {
-            cloudevents::Data::Json(v) => v.clone(),
+            cloudevents::Data::Binary(bytes) => serde_json::from_slice(bytes).unwrap(),
             other => panic!("unexpected data {other:?}"),
         };
         assert_eq!(
             data,
             json!({"action": "route.update", "revision": 3, "entity": {"id": "r1"}})
         );
+    }
+
+    #[test]
+    fn spliced_data_is_the_bytes_a_value_serializes_to() {
+        let entity = json!({"id": "r\"1\u{e9}", "filter": {"b": [1, 2.5, null], "a": true}});
+        let stored = serde_json::to_vec(&entity).unwrap();
+        for (action, revision) in [("route.update", Some(3)), ("instance.restore", None)] {
+            let mut r = row(7, action);
+            r.revision = revision;
+            let expected = json!({"action": action, "revision": revision, "entity": entity});
+            assert_eq!(data(&r, &stored), serde_json::to_vec(&expected).unwrap());
+        }
     }
 
     #[test]

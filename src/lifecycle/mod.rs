@@ -89,6 +89,7 @@ pub async fn start(
         source: source.to_owned(),
         batch: config.batch,
         idle: config.idle,
+        in_flight: config.in_flight,
     };
     Ok(Some(
         Publisher::start(trail.clone(), specs, options, shutdown).await?,

@@ -3,18 +3,19 @@
 //! Only flagged rows have an `o`+seq entity, so the `o` keys are an index of what is to be
 //! published: scanning them skips every unflagged row without reading it.
 
-use serde_json::Value;
+use serde::de::IgnoredAny;
 
 use crate::audit::{self, Row};
 use crate::store::{keys, Cf, Store, StoreError};
 
 /// Up to `limit` flagged rows with seq greater than `after`, in seq order, each with its
-/// redacted entity.
-pub fn read(store: &Store, after: u64, limit: usize) -> Result<Vec<(Row, Value)>, StoreError> {
+/// redacted entity: the stored JSON bytes, checked to be JSON but not parsed into a value
+/// (the event splices them into its data as they are).
+pub fn read(store: &Store, after: u64, limit: usize) -> Result<Vec<(Row, Vec<u8>)>, StoreError> {
     if after == u64::MAX || limit == 0 {
         return Ok(Vec::new());
     }
-    let mut entities: Vec<(u64, Value)> = Vec::new();
+    let mut entities: Vec<(u64, Vec<u8>)> = Vec::new();
     let mut failure = None;
     store.scan(
         Cf::Audit,
@@ -23,9 +24,9 @@ pub fn read(store: &Store, after: u64, limit: usize) -> Result<Vec<(Row, Value)>
         |k, v| {
             match (
                 keys::decode_seq_key(keys::OUTBOX, k),
-                serde_json::from_slice::<Value>(v),
+                serde_json::from_slice::<IgnoredAny>(v),
             ) {
-                (Some(seq), Ok(entity)) => entities.push((seq, entity)),
+                (Some(seq), Ok(_)) => entities.push((seq, v.to_vec())),
                 (_, Err(e)) => {
                     failure = Some(StoreError::Corrupt {
                         what: format!("outbox entity {}", hex::encode(k)),
@@ -69,7 +70,7 @@ mod tests {
     use std::sync::Arc;
 
     use rocksdb::WriteBatch;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     use super::*;
     use crate::audit::{Change, CommitError, Context, SystemClock, Trail, TrailOptions};
@@ -106,14 +107,15 @@ mod tests {
             .map(|(r, _)| r.seq)
             .collect();
         assert_eq!(page, vec![1, 3, 4, 5]);
-        assert_eq!(read(&store, 3, 1).unwrap()[0].1, json!({"id": 4}));
+        let entity = |bytes: &[u8]| serde_json::from_slice::<Value>(bytes).unwrap();
+        assert_eq!(entity(&read(&store, 3, 1).unwrap()[0].1), json!({"id": 4}));
         // Damage: row 4 gone, its entity left behind. Rows 3 and 5 still pair with theirs.
         let row4 = crate::audit::get(&store, 4).unwrap().unwrap();
         let mut batch = WriteBatch::default();
         batch.delete_cf(store.cf(Cf::Audit), keys::row_key(4, row4.at));
         store.write(batch, true).unwrap();
         let page = read(&store, 0, 10).unwrap();
-        let pairs: Vec<(u64, Value)> = page.into_iter().map(|(r, e)| (r.seq, e)).collect();
+        let pairs: Vec<(u64, Value)> = page.into_iter().map(|(r, e)| (r.seq, entity(&e))).collect();
         assert_eq!(
             pairs,
             vec![

@@ -10,10 +10,13 @@
 //! watch (a hint); a timer is the fallback. While a batch is in flight the next page is read,
 //! and a position write is overlapped with the next delivery.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
 use ankusa_sinks::{Delivery, Outcome, RetryPolicy, Sink};
+use cloudevents::AttributesReader;
+use futures::future::BoxFuture;
 use serde_json::json;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -47,6 +50,9 @@ pub struct PublisherOptions {
     pub batch: usize,
     /// How long a loop sleeps when no commit wakes it.
     pub idle: Duration,
+    /// Most attempts (batches) in flight per sink, for sinks that keep order across attempts
+    /// (Kafka); the others have one at a time.
+    pub in_flight: usize,
 }
 
 /// A configured sink, ready to run.
@@ -167,24 +173,70 @@ enum Stop {
     Disabled(String),
 }
 
+/// One attempt in flight: its page and its outcomes to come.
+struct InFlight {
+    page: Page,
+    outcomes: BoxFuture<'static, Vec<Outcome>>,
+    started: std::time::Instant,
+}
+
+/// A page being read (and its events built) on the blocking pool.
+type Reading = JoinHandle<Result<Page, StoreError>>;
+
 impl Lane {
+    /// The loop: keep up to `in_flight` attempts under way (while the sink says the next may
+    /// overtake none of them), each page read while the previous ones are in flight; settle
+    /// them oldest first. A failure stops the window: what is still in flight is awaited and
+    /// its outcomes ignored, and the loop starts again from the position (what those attempts
+    /// delivered comes again, with the same ids).
     async fn run(mut self) {
         let mut committed = self.trail.committed();
         let mut attempt: u32 = 0;
         let mut persisting: Option<JoinHandle<Result<(), StoreError>>> = None;
-        let mut next = self.read(self.position).await;
+        let mut in_flight: VecDeque<InFlight> = VecDeque::new();
+        // The read of the page after the last one submitted (or after the position); `None`
+        // while nothing more is to be submitted before the window drains.
+        let mut reading: Option<Reading> = Some(self.read(self.position));
+        // Whether the last attempt lets the next one be submitted before it is settled.
+        let mut open = true;
+        let window = self.options.in_flight.max(1);
         while !self.shutdown.is_cancelled() {
-            let batch = match next {
-                Ok(batch) => batch,
-                Err(e) => {
-                    self.note_error(&format!("reading the outbox: {e}"));
-                    self.pause(Duration::from_secs(1)).await;
-                    next = self.read(self.position).await;
+            let room = in_flight.len() < window && (open || in_flight.is_empty());
+            if let Some(read) = if room { reading.take() } else { None } {
+                let page = match joined(read).await {
+                    Ok(page) => page,
+                    Err(e) if in_flight.is_empty() => {
+                        self.note_error(&format!("reading the outbox: {e}"));
+                        self.pause(Duration::from_secs(1)).await;
+                        reading = Some(self.read(self.position));
+                        continue;
+                    }
+                    // Read again once what is in flight is settled.
+                    Err(_) => continue,
+                };
+                if !page.deliveries.is_empty() {
+                    if in_flight.is_empty() {
+                        status::update(&self.status, |s| {
+                            s.oldest_unconfirmed_at = page.ats.first().copied()
+                        });
+                    }
+                    // The next page is read while this one is handed over.
+                    reading = page.last.map(|last| self.read(last));
+                    let started = std::time::Instant::now();
+                    let submitted = self.spec.sink.submit(&page.deliveries).await;
+                    open = submitted.open;
+                    in_flight.push_back(InFlight {
+                        page,
+                        outcomes: submitted.outcomes,
+                        started,
+                    });
                     continue;
                 }
-            };
-            if batch.deliveries.is_empty() {
-                if let Some(last) = batch.last.filter(|l| *l > self.position) {
+                if !in_flight.is_empty() {
+                    // Nothing more to submit for now; read again once the window drained.
+                    continue;
+                }
+                if let Some(last) = page.last.filter(|l| *l > self.position) {
                     // Nothing to send up to `last` (rows that publish nothing, or whose
                     // events cannot be built, logged): pass over them.
                     self.position = last;
@@ -192,7 +244,7 @@ impl Lane {
                         self.finish_persist(previous).await;
                     }
                     persisting = Some(self.persist(last, Vec::new()));
-                    next = self.read(self.position).await;
+                    reading = Some(self.read(self.position));
                     continue;
                 }
                 if let Some(previous) = persisting.take() {
@@ -205,21 +257,18 @@ impl Lane {
                     _ = tokio::time::sleep(self.options.idle) => {}
                     _ = self.shutdown.cancelled() => break,
                 }
-                next = self.read(self.position).await;
+                reading = Some(self.read(self.position));
                 continue;
             }
-            status::update(&self.status, |s| {
-                s.oldest_unconfirmed_at = batch.ats.first().copied()
-            });
-            let deliveries = &batch.deliveries;
-            let started = std::time::Instant::now();
-            let send = async {
-                let outcomes = self.spec.sink.send(deliveries).await;
-                metrics::attempted(&self.spec.name, started.elapsed());
-                outcomes
+            let Some(oldest) = in_flight.pop_front() else {
+                // Nothing in flight and no read under way: start again from the position.
+                open = true;
+                reading = Some(self.read(self.position));
+                continue;
             };
-            let (outcomes, read_ahead) = tokio::join!(send, self.read_ahead(&batch));
-            let (to, dead, stop) = self.settle(&batch, &outcomes);
+            let outcomes = oldest.outcomes.await;
+            metrics::attempted(&self.spec.name, oldest.started.elapsed());
+            let (to, dead, stop) = self.settle(&oldest.page, &outcomes);
             if to > self.position {
                 // One position write in flight at a time, in order: wait for the previous one.
                 if let Some(previous) = persisting.take() {
@@ -233,13 +282,21 @@ impl Lane {
             match stop {
                 None => {
                     attempt = 0;
-                    status::update(&self.status, |s| s.state = SinkState::Running);
-                    next = match read_ahead {
-                        Some(read) if Some(to) == batch.last => read,
-                        _ => self.read(self.position).await,
-                    };
+                    status::update(&self.status, |s| {
+                        s.state = SinkState::Running;
+                        if let Some(next) = in_flight.front() {
+                            s.oldest_unconfirmed_at = next.page.ats.first().copied();
+                        }
+                    });
+                    if in_flight.is_empty() {
+                        open = true;
+                        if reading.is_none() {
+                            reading = Some(self.read(self.position));
+                        }
+                    }
                 }
                 Some(Stop::Retry(after, reason)) => {
+                    abandon(&mut in_flight, &mut reading).await;
                     let delay = self.spec.retry.delay(attempt, after);
                     attempt = attempt.saturating_add(1);
                     metrics::failed(&self.spec.name, &reason, true);
@@ -250,9 +307,11 @@ impl Lane {
                     });
                     tracing::warn!(sink = %self.spec.name, reason = %reason, delay_ms = delay.as_millis() as u64, "lifecycle delivery failed; will retry");
                     self.pause(delay).await;
-                    next = self.read(self.position).await;
+                    open = true;
+                    reading = Some(self.read(self.position));
                 }
                 Some(Stop::Disabled(reason)) => {
+                    abandon(&mut in_flight, &mut reading).await;
                     metrics::failed(&self.spec.name, "disabled", false);
                     status::update(&self.status, |s| {
                         s.state = SinkState::Disabled;
@@ -264,6 +323,7 @@ impl Lane {
                 }
             }
         }
+        abandon(&mut in_flight, &mut reading).await;
         if let Some(previous) = persisting.take() {
             self.finish_persist(previous).await;
         }
@@ -316,15 +376,15 @@ impl Lane {
         (to, dead, stop)
     }
 
-    /// Read the page after `after` and build its events, off the runtime.
-    async fn read(&self, after: u64) -> Result<Page, StoreError> {
+    /// Start reading the page after `after` and building its events, off the runtime.
+    fn read(&self, after: u64) -> Reading {
         let store = self.trail.store().clone();
         let history = self.trail.history().clone();
         let source = self.options.source.clone();
         let limit = self.options.batch;
         // Read before the outbox: every row up to it is already in the store.
         let committed = *self.trail.committed().borrow();
-        let built = tokio::task::spawn_blocking(move || {
+        tokio::task::spawn_blocking(move || {
             let rows = outbox::read(&store, after, limit)?;
             let full = rows.len() >= limit;
             let mut page = build_page(rows, &history, &source);
@@ -332,15 +392,7 @@ impl Lane {
                 page.last = Some(page.last.unwrap_or(0).max(committed));
             }
             Ok(page)
-        });
-        built
-            .await
-            .unwrap_or_else(|e| Err(StoreError::Unavailable(e.to_string())))
-    }
-
-    /// Read (and build) the page after `batch` while it is in flight.
-    async fn read_ahead(&self, batch: &Page) -> Option<Result<Page, StoreError>> {
-        Some(self.read(batch.last?).await)
+        })
     }
 
     /// Wait for the position write in flight (it wrote `self.position`: a new one is only
@@ -403,14 +455,30 @@ impl Lane {
     }
 }
 
+/// The page a read produced.
+async fn joined(read: Reading) -> Result<Page, StoreError> {
+    read.await
+        .unwrap_or_else(|e| Err(StoreError::Unavailable(e.to_string())))
+}
+
+/// Give up on what is in flight after a failure: wait for every attempt's outcomes (they are
+/// not counted: the position stays before them, so what they delivered comes again, with the
+/// same ids) and drop the read under way.
+async fn abandon(in_flight: &mut VecDeque<InFlight>, reading: &mut Option<Reading>) {
+    for attempt in in_flight.drain(..) {
+        drop(attempt.outcomes.await);
+    }
+    *reading = None;
+}
+
 /// The events of `rows`; a row whose event cannot be built is logged and passed over.
-fn build_page(rows: Vec<(Row, serde_json::Value)>, history: &History, source: &str) -> Page {
+fn build_page(rows: Vec<(Row, Vec<u8>)>, history: &History, source: &str) -> Page {
     let mut page = Page {
         last: rows.last().map(|(row, _)| row.seq),
         ..Page::default()
     };
     for (row, entity) in rows {
-        match event::build(&row, entity, history, source) {
+        match event::build(&row, &entity, history, source) {
             Ok(event) => {
                 page.ats.push(row.at);
                 page.deliveries.push(Delivery {
@@ -426,12 +494,14 @@ fn build_page(rows: Vec<(Row, serde_json::Value)>, history: &History, source: &s
 
 /// A dead letter: the event (structured mode) and why it was refused, keyed by sink and seq.
 fn dead_letter(sink: &str, d: &Delivery, reason: &str, at: u64) -> Entry {
+    let event = ankusa_sinks::structured_value(&d.event)
+        .unwrap_or_else(|e| json!({"id": d.event.id(), "unencodable": e.to_string()}));
     let value = json!({
         "sink": sink,
         "seq": d.seq,
         "reason": reason,
         "at": at,
-        "event": d.event,
+        "event": event,
     });
     (
         keys::dead_letter_key(sink, d.seq),

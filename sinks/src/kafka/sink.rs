@@ -1,9 +1,10 @@
 //! Producing events and reading their delivery reports.
 //!
-//! The producer sits behind a `std::sync::RwLock<Arc<_>>`: `send` clones the `Arc` and lets go
-//! of the lock at once (it is never held across an await), so a fatal producer error (an
+//! The producer sits behind a `std::sync::RwLock<Arc<_>>`: an attempt clones the `Arc` and lets
+//! go of the lock at once (it is never held across an await), so a fatal producer error (an
 //! idempotent producer that lost its sequence state cannot continue) can swap in a fresh
-//! producer while other calls still finish on the old one. Records of a partition key whose
+//! producer, at the start of the next attempt, while attempts in flight still finish on the old
+//! one. Records of a partition key whose
 //! earlier record could not even be enqueued are held back, so a key's order is never broken by
 //! this sink; the publisher resends them.
 
@@ -19,7 +20,7 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::ClientConfig;
 
 use super::config::KafkaConfig;
-use crate::{partition_key, telemetry, Delivery, Outcome, Sink, SinkError};
+use crate::{partition_key, telemetry, Delivery, Outcome, Sink, SinkError, Submitted};
 
 /// How long `send` waits for room when librdkafka's local queue is full before it gives up
 /// on the rest of the slice (as `Retry`).
@@ -132,6 +133,17 @@ impl Sink for KafkaSink {
     }
 
     async fn send(&self, events: &[Delivery]) -> Vec<Outcome> {
+        let outcomes = self.submit(events).await.outcomes.await;
+        // A producer that turned fatal is replaced now rather than at the next attempt.
+        self.recreate_if_fatal(&self.producer());
+        outcomes
+    }
+
+    /// Enqueues every event in order and returns; the outcomes are the delivery reports.
+    /// The producer sends a partition's records in the order they were enqueued (idempotent,
+    /// so its own retries keep that order), so the next attempt may be enqueued while these
+    /// are in flight, unless one of these could not even be enqueued.
+    async fn submit(&self, events: &[Delivery]) -> Submitted {
         let mut producer = self.producer();
         if self.recreate_if_fatal(&producer) {
             retire(std::mem::replace(&mut producer, self.producer()));
@@ -167,33 +179,10 @@ impl Sink for KafkaSink {
                 }
             }
         }
-        let reports = futures::future::join_all(pending.into_iter().map(|(i, f)| async move {
-            let outcome = match f.await {
-                Ok(Ok(_)) => Outcome::Delivered,
-                Ok(Err((error, _))) => classify(&error),
-                Err(_canceled) => retry("delivery_canceled"),
-            };
-            (i, outcome)
-        }))
-        .await;
-        for (index, outcome) in reports {
-            outcomes[index] = Some(outcome);
+        Submitted {
+            open: held_keys.is_empty(),
+            outcomes: Box::pin(reports(producer, outcomes, pending)),
         }
-        let fatal = self.recreate_if_fatal(&producer);
-        let outcomes: Vec<Outcome> = outcomes
-            .into_iter()
-            .map(|o| match o {
-                Some(Outcome::Delivered) => Outcome::Delivered,
-                Some(_) if fatal => retry("producer_fatal"),
-                Some(outcome) => outcome,
-                None => retry("not_sent"),
-            })
-            .collect();
-        report_failures(&outcomes);
-        if fatal {
-            retire(producer);
-        }
-        outcomes
     }
 
     /// Fetches the topic's metadata (on the blocking pool: librdkafka blocks the caller).
@@ -205,6 +194,45 @@ impl Sink for KafkaSink {
             .await
             .map_err(|e| SinkError::Unhealthy(format!("healthcheck task failed: {e}")))?
     }
+}
+
+/// The outcomes of an attempt: those known at enqueue time, and the delivery reports of the
+/// rest. When the producer turned fatal meanwhile, only what it confirmed counts as
+/// delivered; the next attempt replaces it (see `recreate_if_fatal`).
+async fn reports(
+    producer: Arc<FutureProducer>,
+    mut outcomes: Vec<Option<Outcome>>,
+    pending: Vec<(usize, DeliveryFuture)>,
+) -> Vec<Outcome> {
+    let reports = futures::future::join_all(pending.into_iter().map(|(i, f)| async move {
+        let outcome = match f.await {
+            Ok(Ok(_)) => Outcome::Delivered,
+            Ok(Err((error, _))) => classify(&error),
+            Err(_canceled) => retry("delivery_canceled"),
+        };
+        (i, outcome)
+    }))
+    .await;
+    for (index, outcome) in reports {
+        outcomes[index] = Some(outcome);
+    }
+    let fatal = producer.client().fatal_error().is_some();
+    let outcomes: Vec<Outcome> = outcomes
+        .into_iter()
+        .map(|o| match o {
+            Some(Outcome::Delivered) => Outcome::Delivered,
+            Some(_) if fatal => retry("producer_fatal"),
+            Some(outcome) => outcome,
+            None => retry("not_sent"),
+        })
+        .collect();
+    report_failures(&outcomes);
+    if fatal {
+        // The next attempt replaces it; this may be the last reference: drop it off the
+        // runtime.
+        retire(producer);
+    }
+    outcomes
 }
 
 fn create(config: &ClientConfig) -> Result<FutureProducer, SinkError> {
