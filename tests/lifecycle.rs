@@ -13,7 +13,10 @@ use ankusa::lifecycle::dead_letters;
 use ankusa::lifecycle::event::event_id;
 use ankusa::lifecycle::{PublisherOptions, SinkSpec, SinkState};
 use ankusa::store::{keys, keys::meta, Cf};
-use ankusa_sinks::{FileConfig, FileSink, RetryPolicy, WebhookConfig, WebhookSink};
+use ankusa_sinks::{
+    Delivery, FileConfig, FileSink, Outcome, RetryPolicy, Sink, SinkError, Submitted,
+    WebhookConfig, WebhookSink,
+};
 use common::*;
 use lifecycle_support::{wait_for, Receiver, Running};
 use serde_json::Value;
@@ -389,5 +392,162 @@ async fn a_gone_destination_disables_the_sink_at_its_position() {
     .await;
     assert_eq!(p.statuses()[0].position, 0);
     p.stop().await;
+    trail.shutdown().await;
+}
+
+/// A sink whose attempts stay in flight until the test releases them, with outcomes the test
+/// scripts per attempt, so the lane's window can be watched step by step.
+struct Scripted {
+    /// Whether its attempts let the next one overtake them.
+    open: bool,
+    /// The seqs of every attempt submitted, in order.
+    attempts: std::sync::Mutex<Vec<Vec<u64>>>,
+    /// One permit finishes one attempt.
+    releases: Arc<tokio::sync::Semaphore>,
+    /// The outcome of the event with seq `.1` in attempt `.0` (0-based).
+    script: fn(usize, u64) -> Outcome,
+}
+
+#[async_trait::async_trait]
+impl Sink for Scripted {
+    fn kind(&self) -> &'static str {
+        "scripted"
+    }
+
+    async fn send(&self, events: &[Delivery]) -> Vec<Outcome> {
+        self.submit(events).await.outcomes.await
+    }
+
+    async fn submit(&self, events: &[Delivery]) -> Submitted {
+        let seqs: Vec<u64> = events.iter().map(|d| d.seq).collect();
+        let attempt = {
+            let mut attempts = self.attempts.lock().unwrap();
+            attempts.push(seqs.clone());
+            attempts.len() - 1
+        };
+        let (releases, script) = (self.releases.clone(), self.script);
+        Submitted {
+            open: self.open,
+            outcomes: Box::pin(async move {
+                releases.acquire().await.unwrap().forget();
+                seqs.iter().map(|seq| script(attempt, *seq)).collect()
+            }),
+        }
+    }
+
+    async fn healthcheck(&self) -> Result<(), SinkError> {
+        Ok(())
+    }
+}
+
+impl Scripted {
+    fn attempts(&self) -> Vec<Vec<u64>> {
+        self.attempts.lock().unwrap().clone()
+    }
+}
+
+async fn flagged_rows(trail: &Trail, n: usize) {
+    for i in 0..n {
+        create_source(trail, ctx("a"), &format!("s{i}"), "hunter2")
+            .await
+            .unwrap();
+    }
+}
+
+fn scripted(open: bool, script: fn(usize, u64) -> Outcome) -> Arc<Scripted> {
+    Arc::new(Scripted {
+        open,
+        attempts: Default::default(),
+        releases: Arc::new(tokio::sync::Semaphore::new(0)),
+        script,
+    })
+}
+
+fn windowed(sink: Arc<Scripted>) -> (Vec<SinkSpec>, PublisherOptions) {
+    let spec = SinkSpec {
+        name: "scripted".into(),
+        sink,
+        retry: fast_retry(),
+    };
+    let options = PublisherOptions {
+        batch: 10,
+        in_flight: 3,
+        ..options()
+    };
+    (vec![spec], options)
+}
+
+/// With a sink that keeps order across attempts, the lane has up to `in_flight` of them under
+/// way before the first is settled; when the oldest fails part-way, the position stops at the
+/// failure, what the later attempts delivered is ignored, and the lane resends from there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attempts_overlap_up_to_the_window_and_a_failure_resends_from_the_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let trail = open_trail_with_sinks(dir.path(), &["scripted"]);
+    flagged_rows(&trail, 40).await;
+    // The first attempt fails at seq 5; every other event is delivered.
+    let sink = scripted(true, |attempt, seq| match (attempt, seq) {
+        (0, s) if s >= 5 => Outcome::Retry {
+            after: None,
+            reason: "scripted".into(),
+        },
+        _ => Outcome::Delivered,
+    });
+    let (specs, options) = windowed(sink.clone());
+    let publisher = Running::start(&trail, specs, options).await;
+    wait_for("three attempts in flight", || sink.attempts().len() == 3).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let window: Vec<Vec<u64>> = vec![(1..=10).collect(), (11..=20).collect(), (21..=30).collect()];
+    assert_eq!(
+        sink.attempts(),
+        window,
+        "no fourth attempt while three are in flight"
+    );
+    assert_eq!(publisher.statuses()[0].position, 0, "nothing settled yet");
+
+    // Finish the first attempt (and, when the lane abandons them, the two after it).
+    sink.releases.add_permits(3);
+    // The resend is itself a window of three, from the failure on.
+    wait_for("the resend", || sink.attempts().len() == 6).await;
+    assert_eq!(sink.attempts()[3], (5..=14).collect::<Vec<u64>>());
+    assert_eq!(sink.attempts()[5], (25..=34).collect::<Vec<u64>>());
+    assert_eq!(
+        publisher.statuses()[0].position,
+        4,
+        "only up to the failure"
+    );
+
+    sink.releases.add_permits(1_000);
+    wait_for("everything", || publisher.statuses()[0].position == 40).await;
+    let attempts = sink.attempts();
+    let resent: Vec<u64> = attempts[3..].iter().flatten().copied().collect();
+    assert_eq!(
+        resent,
+        (5..=40).collect::<Vec<u64>>(),
+        "in order, from the failure"
+    );
+    publisher.stop().await;
+    trail.shutdown().await;
+}
+
+/// A sink that does not keep order across attempts (the default `submit`) has one at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_attempt_is_settled_before_the_next_is_submitted() {
+    let dir = tempfile::tempdir().unwrap();
+    let trail = open_trail_with_sinks(dir.path(), &["scripted"]);
+    flagged_rows(&trail, 25).await;
+    let sink = scripted(false, |_, _| Outcome::Delivered);
+    let (specs, options) = windowed(sink.clone());
+    let publisher = Running::start(&trail, specs, options).await;
+    wait_for("the first attempt", || sink.attempts().len() == 1).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(sink.attempts().len(), 1, "one at a time");
+    sink.releases.add_permits(1);
+    wait_for("the second attempt", || sink.attempts().len() == 2).await;
+    assert_eq!(publisher.statuses()[0].position, 10);
+    sink.releases.add_permits(1_000);
+    wait_for("everything", || publisher.statuses()[0].position == 25).await;
+    assert_eq!(sink.attempts().len(), 3);
+    publisher.stop().await;
     trail.shutdown().await;
 }

@@ -1,6 +1,8 @@
 //! The publisher through the Kafka sink to rdkafka's in-process MockCluster: 10,000 changes
 //! on 100 partition keys arrive exactly once each, in seq order per key, with stable ids and
-//! the row's key. (`MockCluster` is not `Send`: it stays on the test's thread.)
+//! the row's key; and a broker that goes down while several attempts are in flight loses
+//! nothing and breaks no key's order. (`MockCluster` is not `Send`: it stays on the test's
+//! thread.)
 
 mod common;
 #[path = "common/lifecycle.rs"]
@@ -84,6 +86,110 @@ async fn ten_thousand_events_reach_kafka_in_order_per_key_with_stable_ids() {
     assert_eq!(per_key.len(), 100);
     for (key, seqs) in &per_key {
         assert_eq!(seqs.len(), 100, "{key}: each change exactly once");
+        assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{key}: in seq order");
+    }
+    publisher.stop().await;
+    trail.shutdown().await;
+}
+
+/// The broker goes down while attempts are in flight (batches of 50, 4 in flight), long enough
+/// for them to time out, then comes back: every event arrives, a key's events arrive in seq
+/// order (counting first arrivals: redeliveries repeat an id with the same body), and the
+/// position reaches the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_outage_with_attempts_in_flight_loses_nothing_and_keeps_key_order() {
+    const CHANGES: u64 = 3_000;
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic(TOPIC, PARTITIONS, 1).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let trail = open_trail_with_sinks(dir.path(), &["kafka"]);
+    // 30 subjects, 100 changes each.
+    let mut tasks = vec![];
+    for s in 0..30 {
+        let trail = trail.clone();
+        tasks.push(tokio::spawn(async move {
+            let id = format!("s{s}");
+            create_source(&trail, ctx("a"), &id, "hunter2")
+                .await
+                .unwrap();
+            for i in 0..99 {
+                update_secret(&trail, ctx("a"), &id, &format!("v{i}"))
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let retry = RetryPolicy {
+        initial: Duration::from_millis(50),
+        max: Duration::from_millis(200),
+        max_retry_after: Duration::from_millis(200),
+    };
+    let mut config = KafkaConfig::new(cluster.bootstrap_servers(), TOPIC);
+    config.message_timeout = Duration::from_millis(1_000);
+    // Slow each produce request down so that attempts pile up in flight before the outage.
+    cluster
+        .broker_round_trip_time(1, Duration::from_millis(30))
+        .unwrap();
+    let spec = SinkSpec {
+        name: "kafka".into(),
+        sink: Arc::new(KafkaSink::new(config).unwrap()),
+        retry,
+    };
+    let options = PublisherOptions {
+        source: "urn:ankusa:test".into(),
+        batch: 50,
+        idle: Duration::from_millis(50),
+        in_flight: 4,
+    };
+    let publisher = Running::start(&trail, vec![spec], options).await;
+    wait_for("some delivery", || publisher.statuses()[0].position >= 500).await;
+    cluster.broker_down(1).unwrap();
+    let at_outage = publisher.statuses()[0].position;
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let status = publisher.statuses().remove(0);
+    assert!(
+        status.retries > 0,
+        "the outage made attempts fail: {status:?}"
+    );
+    assert!(
+        status.position < CHANGES,
+        "the outage stopped the sink short of the end (was at {at_outage})"
+    );
+    cluster.broker_up(1).unwrap();
+    wait_for("delivery after the outage", || {
+        publisher.statuses()[0].position == CHANGES
+    })
+    .await;
+
+    let consumer = kafka_reader(&cluster.bootstrap_servers(), TOPIC, PARTITIONS);
+    let incarnation = trail.history().of(1).id;
+    let mut bodies: HashMap<String, Vec<u8>> = HashMap::new();
+    let mut per_key: HashMap<String, Vec<u64>> = HashMap::new();
+    while (bodies.len() as u64) < CHANGES {
+        let m = tokio::time::timeout(Duration::from_secs(30), consumer.recv())
+            .await
+            .expect("record")
+            .unwrap();
+        let headers = kafka_headers(&m);
+        let seq: u64 = headers["ce_sequence"].parse().unwrap();
+        let id = headers["ce_id"].clone();
+        assert_eq!(id, event_id(incarnation, seq).to_string());
+        let body = m.payload().unwrap().to_vec();
+        match bodies.get(&id) {
+            Some(first) => assert_eq!(first, &body, "a redelivery carries the same body"),
+            None => {
+                bodies.insert(id, body);
+                let key = std::str::from_utf8(m.key().unwrap()).unwrap().to_owned();
+                per_key.entry(key).or_default().push(seq);
+            }
+        }
+    }
+    assert_eq!(per_key.len(), 30);
+    for (key, seqs) in &per_key {
+        assert_eq!(seqs.len(), 100, "{key}: every change");
         assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{key}: in seq order");
     }
     publisher.stop().await;
