@@ -269,6 +269,8 @@ impl Lane {
             let outcomes = oldest.outcomes.await;
             metrics::attempted(&self.spec.name, oldest.started.elapsed());
             let (to, dead, stop) = self.settle(&oldest.page, &outcomes);
+            // Freeing a page's events is a thousand small frees: not on this loop.
+            drop(tokio::task::spawn_blocking(move || drop(oldest.page)));
             if to > self.position {
                 // One position write in flight at a time, in order: wait for the previous one.
                 if let Some(previous) = persisting.take() {

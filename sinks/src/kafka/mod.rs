@@ -7,6 +7,7 @@
 //! depend on the broker round trip.
 
 mod config;
+mod record;
 mod sink;
 #[cfg(test)]
 mod tests;

@@ -14,12 +14,12 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use cloudevents::binding::rdkafka::{FutureRecordExt, MessageRecord};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::ClientConfig;
 
 use super::config::KafkaConfig;
+use super::record::Record;
 use crate::{partition_key, telemetry, Delivery, Outcome, Sink, SinkError, Submitted};
 
 /// How long `send` waits for room when librdkafka's local queue is full before it gives up
@@ -103,11 +103,14 @@ impl KafkaSink {
     async fn enqueue(
         &self,
         producer: &FutureProducer,
-        record: &MessageRecord,
+        record: Record,
         key: Option<&str>,
         deadline: Instant,
     ) -> Result<DeliveryFuture, KafkaError> {
-        let mut future_record = FutureRecord::to(&self.topic).message_record(record);
+        let mut future_record = FutureRecord::to(&self.topic).headers(record.headers);
+        if let Some(payload) = &record.payload {
+            future_record = future_record.payload(payload);
+        }
         if let Some(key) = key {
             future_record = future_record.key(key);
         }
@@ -154,11 +157,11 @@ impl Sink for KafkaSink {
         let mut held_keys: HashSet<Option<String>> = HashSet::new();
         for (index, delivery) in events.iter().enumerate() {
             let key = partition_key(&delivery.event);
-            if held_keys.contains(&key) {
+            if !held_keys.is_empty() && held_keys.contains(&key) {
                 outcomes[index] = Some(retry("earlier_event_of_key_failed"));
                 continue;
             }
-            let Ok(record) = MessageRecord::from_event(delivery.event.clone()) else {
+            let Ok(record) = Record::from_event(delivery.event.clone()) else {
                 telemetry::encode_failed("kafka", delivery.seq);
                 outcomes[index] = Some(Outcome::Rejected {
                     reason: "encode".into(),
@@ -166,7 +169,7 @@ impl Sink for KafkaSink {
                 continue;
             };
             match self
-                .enqueue(&producer, &record, key.as_deref(), deadline)
+                .enqueue(&producer, record, key.as_deref(), deadline)
                 .await
             {
                 Ok(delivery) => pending.push((index, delivery)),
