@@ -17,7 +17,7 @@ pub fn read(store: &Store, after: u64, limit: usize) -> Result<Vec<(Row, Vec<u8>
     }
     let mut entities: Vec<(u64, Vec<u8>)> = Vec::new();
     let mut failure = None;
-    store.scan(
+    store.scan_once(
         Cf::Audit,
         &[keys::OUTBOX],
         &keys::outbox_key(after + 1),

@@ -171,9 +171,34 @@ impl Store {
         cf: Cf,
         prefix: &[u8],
         from: &[u8],
-        mut visit: impl FnMut(&[u8], &[u8]) -> bool,
+        visit: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        self.scan_with(ReadOptions::default(), cf, prefix, from, visit)
+    }
+
+    /// [`scan`](Store::scan) for data read once (the publisher draining a backlog): the
+    /// blocks it reads do not go into the block cache, so a long drain neither grows the
+    /// process nor evicts what point lookups keep there.
+    pub fn scan_once(
+        &self,
+        cf: Cf,
+        prefix: &[u8],
+        from: &[u8],
+        visit: impl FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
         let mut ro = ReadOptions::default();
+        ro.fill_cache(false);
+        self.scan_with(ro, cf, prefix, from, visit)
+    }
+
+    fn scan_with(
+        &self,
+        mut ro: ReadOptions,
+        cf: Cf,
+        prefix: &[u8],
+        from: &[u8],
+        mut visit: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
         // Bound the iterator so RocksDB stops at the end of the prefix instead of walking
         // tombstones beyond it.
         if let Some(upper) = prefix_upper_bound(prefix) {
@@ -196,7 +221,8 @@ impl Store {
     /// `prefix`, given to `visit` with the key's index, through ONE iterator: point lookups
     /// of many rows in key order (the publisher's page) without a new iterator each time.
     /// When the next target is a few entries ahead (dense lookups, the common case), the
-    /// iterator steps to it, which costs a fraction of a seek; farther away, it seeks.
+    /// iterator steps to it, which costs a fraction of a seek; farther away, it seeks. Like
+    /// [`scan_once`](Store::scan_once), it leaves the block cache alone.
     pub fn seek_each(
         &self,
         cf: Cf,
@@ -205,6 +231,7 @@ impl Store {
         mut visit: impl FnMut(usize, &[u8], &[u8]),
     ) -> Result<(), StoreError> {
         let mut ro = ReadOptions::default();
+        ro.fill_cache(false);
         if let Some(upper) = prefix_upper_bound(prefix) {
             ro.set_iterate_upper_bound(upper);
         }
