@@ -103,13 +103,13 @@ impl KafkaSink {
     async fn enqueue(
         &self,
         producer: &FutureProducer,
-        record: Record,
+        record: Record<'_>,
         key: Option<&str>,
         deadline: Instant,
     ) -> Result<DeliveryFuture, KafkaError> {
         let mut future_record = FutureRecord::to(&self.topic).headers(record.headers);
         if let Some(payload) = &record.payload {
-            future_record = future_record.payload(payload);
+            future_record = future_record.payload(payload.as_ref());
         }
         if let Some(key) = key {
             future_record = future_record.key(key);
@@ -161,7 +161,7 @@ impl Sink for KafkaSink {
                 outcomes[index] = Some(retry("earlier_event_of_key_failed"));
                 continue;
             }
-            let Ok(record) = Record::from_event(delivery.event.clone()) else {
+            let Ok(record) = Record::of(&delivery.event) else {
                 telemetry::encode_failed("kafka", delivery.seq);
                 outcomes[index] = Some(Outcome::Rejected {
                     reason: "encode".into(),
