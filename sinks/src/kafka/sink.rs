@@ -8,12 +8,15 @@
 //! earlier record could not even be enqueued are held back, so a key's order is never broken by
 //! this sink; the publisher resends them.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use cloudevents::event::ExtensionValue;
+use cloudevents::Event;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::ClientConfig;
@@ -154,9 +157,9 @@ impl Sink for KafkaSink {
         let deadline = Instant::now() + self.message_timeout;
         let mut outcomes = vec![None; events.len()];
         let mut pending = Vec::with_capacity(events.len());
-        let mut held_keys: HashSet<Option<String>> = HashSet::new();
+        let mut held_keys: HashSet<Option<Cow<'_, str>>> = HashSet::new();
         for (index, delivery) in events.iter().enumerate() {
-            let key = partition_key(&delivery.event);
+            let key = record_key(&delivery.event);
             if !held_keys.is_empty() && held_keys.contains(&key) {
                 outcomes[index] = Some(retry("earlier_event_of_key_failed"));
                 continue;
@@ -236,6 +239,15 @@ async fn reports(
         retire(producer);
     }
     outcomes
+}
+
+/// The record key: the event's `partitionkey` (see [`partition_key`]), borrowed from the
+/// event when it is a string, as it always is for the publisher's events.
+fn record_key(event: &Event) -> Option<Cow<'_, str>> {
+    match event.extension("partitionkey")? {
+        ExtensionValue::String(key) => Some(Cow::Borrowed(key)),
+        _ => partition_key(event).map(Cow::Owned),
+    }
 }
 
 fn create(config: &ClientConfig) -> Result<FutureProducer, SinkError> {
