@@ -7,7 +7,8 @@
 //!   subject value, a row of the same size and the meta counters) with `sync = true`.
 //!
 //! and prints commits/s and the ratio ours/raw, and ours at 64 over ours at 1.
-//! `ANKUSA_BENCH_SECS` sets the time per measurement (default 3).
+//! `ANKUSA_BENCH_SECS` sets the time per measurement (default 3); `ANKUSA_BENCH_OURS_ONLY=N`
+//! measures only ours at N committers (for a profiler).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -29,6 +30,14 @@ fn main() {
         "{:>11} {:>14} {:>14} {:>9}",
         "committers", "ours/s", "raw/s", "ours/raw"
     );
+    if let Some(n) = std::env::var("ANKUSA_BENCH_OURS_ONLY")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        // One measurement of ours alone, for a profiler.
+        println!("{n:>11} {:>14.0}", bench_ours(n, run_for));
+        return;
+    }
     let mut ours_at = vec![];
     for n in [1usize, 8, 64] {
         let ours = bench_ours(n, run_for);
