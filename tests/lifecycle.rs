@@ -511,6 +511,12 @@ async fn attempts_overlap_up_to_the_window_and_a_failure_resends_from_the_positi
     wait_for("the resend", || sink.attempts().len() == 6).await;
     assert_eq!(sink.attempts()[3], (5..=14).collect::<Vec<u64>>());
     assert_eq!(sink.attempts()[5], (25..=34).collect::<Vec<u64>>());
+    // The position write overlaps the resend; nothing after the failure is settled.
+    wait_for("the position at the failure", || {
+        publisher.statuses()[0].position == 4
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(
         publisher.statuses()[0].position,
         4,
@@ -544,7 +550,11 @@ async fn a_closed_attempt_is_settled_before_the_next_is_submitted() {
     assert_eq!(sink.attempts().len(), 1, "one at a time");
     sink.releases.add_permits(1);
     wait_for("the second attempt", || sink.attempts().len() == 2).await;
-    assert_eq!(publisher.statuses()[0].position, 10);
+    // The position write of the first overlaps the second attempt.
+    wait_for("the first settled", || {
+        publisher.statuses()[0].position == 10
+    })
+    .await;
     sink.releases.add_permits(1_000);
     wait_for("everything", || publisher.statuses()[0].position == 25).await;
     assert_eq!(sink.attempts().len(), 3);

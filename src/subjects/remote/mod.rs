@@ -12,6 +12,7 @@
 
 mod gate;
 pub mod memory;
+mod order;
 pub mod redis;
 pub mod refresh;
 mod refresh_events;
@@ -30,6 +31,7 @@ use crate::audit::{Present, Reconcile, Reconcilers, Trail};
 use crate::store::StoreError;
 
 pub use gate::Gate;
+use order::Lanes;
 
 /// A subject a [`RemoteStore`] keeps.
 pub trait RemoteSubject: Serialize + DeserializeOwned + Clone + Send + Sync + 'static {
@@ -98,6 +100,9 @@ pub struct Remote<T: RemoteSubject> {
     /// Holds changes back while the kind's refresh after a restore runs; shared by every
     /// clone, so the handle the API holds is the one the refresh opens.
     gate: Gate,
+    /// One dual write at a time per subject, so that rows finish in the order the store
+    /// applied them (see `order.rs`).
+    lanes: Lanes,
 }
 
 impl<T: RemoteSubject> Clone for Remote<T> {
@@ -106,6 +111,7 @@ impl<T: RemoteSubject> Clone for Remote<T> {
             store: self.store.clone(),
             trail: self.trail.clone(),
             gate: self.gate.clone(),
+            lanes: self.lanes.clone(),
         }
     }
 }
@@ -117,6 +123,7 @@ impl<T: RemoteSubject> Remote<T> {
             store,
             trail,
             gate: Gate::default(),
+            lanes: Lanes::default(),
         }
     }
 

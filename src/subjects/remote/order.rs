@@ -1,0 +1,68 @@
+//! One dual write at a time per subject, on this node.
+//!
+//! A dual write's row takes its seq when it is finished, not when the store applied it. Two
+//! changes of one subject made at once on this node could then apply in one order (revision
+//! 116, then 117) and finish in the other, and the trail, and the lifecycle events a replica
+//! applies in seq order, would end at 116 while the store holds 117. Holding a subject's lane
+//! from the store's compare-and-set to the row keeps finish order equal to apply order. Two
+//! such changes would race on the compare-and-set anyway (one of them is refused), so the
+//! lane costs them nothing; changes of other subjects share a lane only when their keys hash
+//! to the same one of a fixed set (lock striping).
+
+use std::hash::BuildHasher;
+use std::sync::Arc;
+
+use tokio::sync::{Mutex, MutexGuard};
+
+/// How many lanes: enough that unrelated subjects rarely share one.
+const LANES: usize = 64;
+
+/// The lanes of one kind of subject, shared by every clone of its `Remote`.
+#[derive(Clone)]
+pub(crate) struct Lanes {
+    lanes: Arc<[Mutex<()>]>,
+    hasher: std::collections::hash_map::RandomState,
+}
+
+impl Default for Lanes {
+    fn default() -> Self {
+        Lanes {
+            lanes: (0..LANES).map(|_| Mutex::new(())).collect(),
+            hasher: Default::default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Lanes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lanes")
+            .field("lanes", &self.lanes.len())
+            .finish()
+    }
+}
+
+impl Lanes {
+    /// Wait for the lane of subject `id` of `tenant`; it is held until the guard drops.
+    pub(crate) async fn enter(&self, tenant: &str, id: &str) -> MutexGuard<'_, ()> {
+        let lane = (self.hasher.hash_one((tenant, id)) as usize) % self.lanes.len();
+        self.lanes[lane].lock().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_subject_has_one_change_at_a_time() {
+        let lanes = Lanes::default();
+        let held = lanes.enter("t1", "r1").await;
+        let again = tokio::time::timeout(Duration::from_millis(50), lanes.enter("t1", "r1"));
+        assert!(again.await.is_err(), "the same subject waits");
+        drop(held);
+        let again = tokio::time::timeout(Duration::from_millis(50), lanes.enter("t1", "r1"));
+        assert!(again.await.is_ok(), "and goes once the first is done");
+    }
+}
