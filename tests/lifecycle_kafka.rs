@@ -23,15 +23,11 @@ use rdkafka::mocking::MockCluster;
 const TOPIC: &str = "lifecycle";
 const PARTITIONS: i32 = 4;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ten_thousand_events_reach_kafka_in_order_per_key_with_stable_ids() {
-    let cluster = MockCluster::new(1).unwrap();
-    cluster.create_topic(TOPIC, PARTITIONS, 1).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let trail = open_trail_with_sinks(dir.path(), &["kafka"]);
-    // 100 subjects, 100 changes each, from 100 concurrent committers (one per subject).
+/// `subjects` sources with 100 changes each (a create, 99 updates), from one concurrent
+/// committer per subject.
+async fn changes(trail: &ankusa::audit::Trail, subjects: usize) {
     let mut tasks = vec![];
-    for s in 0..100 {
+    for s in 0..subjects {
         let trail = trail.clone();
         tasks.push(tokio::spawn(async move {
             let id = format!("s{s}");
@@ -48,6 +44,15 @@ async fn ten_thousand_events_reach_kafka_in_order_per_key_with_stable_ids() {
     for t in tasks {
         t.await.unwrap();
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_events_reach_kafka_in_order_per_key_with_stable_ids() {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic(TOPIC, PARTITIONS, 1).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let trail = open_trail_with_sinks(dir.path(), &["kafka"]);
+    changes(&trail, 100).await;
     let sink = KafkaSink::new(KafkaConfig::new(cluster.bootstrap_servers(), TOPIC)).unwrap();
     let spec = SinkSpec {
         name: "kafka".into(),
@@ -103,25 +108,7 @@ async fn a_broker_outage_with_attempts_in_flight_loses_nothing_and_keeps_key_ord
     cluster.create_topic(TOPIC, PARTITIONS, 1).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let trail = open_trail_with_sinks(dir.path(), &["kafka"]);
-    // 30 subjects, 100 changes each.
-    let mut tasks = vec![];
-    for s in 0..30 {
-        let trail = trail.clone();
-        tasks.push(tokio::spawn(async move {
-            let id = format!("s{s}");
-            create_source(&trail, ctx("a"), &id, "hunter2")
-                .await
-                .unwrap();
-            for i in 0..99 {
-                update_secret(&trail, ctx("a"), &id, &format!("v{i}"))
-                    .await
-                    .unwrap();
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
+    changes(&trail, 30).await;
     let retry = RetryPolicy {
         initial: Duration::from_millis(50),
         max: Duration::from_millis(200),

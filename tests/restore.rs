@@ -5,89 +5,27 @@
 //! named points of the boot that opens the new incarnation.
 
 mod common;
+#[path = "common/lifecycle.rs"]
+mod lifecycle_support;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use ankusa::audit::{
     Change, CommitError, Committed, Row, SystemClock, Trail, Usage, RESTORE_ACTION,
 };
 use ankusa::lifecycle::event::event_id;
-use ankusa::lifecycle::{Publisher, PublisherOptions, SinkSpec};
 use ankusa::store::backup::{last_seq, BackupDir, BackupError};
 use ankusa::store::restore::{restore, RestoreRequest, Restored};
 use ankusa::store::{keys::meta, Cf, Store};
-use ankusa_sinks::{FileConfig, FileSink, RetryPolicy};
 use common::*;
+use lifecycle_support::{publish_to, read_events, seq_of};
 use serde_json::{json, Value};
-use tokio_util::sync::CancellationToken;
 
 fn now() -> u64 {
     use ankusa::audit::Clock as _;
     SystemClock.now_ms()
-}
-
-fn file_sink(path: &Path) -> SinkSpec {
-    let retry = RetryPolicy {
-        initial: Duration::from_millis(5),
-        max: Duration::from_millis(50),
-        max_retry_after: Duration::from_millis(50),
-    };
-    let config = FileConfig {
-        path: path.to_owned(),
-        retry,
-    };
-    SinkSpec {
-        name: "file".into(),
-        sink: Arc::new(FileSink::new(config).unwrap()),
-        retry,
-    }
-}
-
-/// Publish every flagged row up to `last` to the file sink `events`, then stop the publisher.
-async fn publish_to(trail: &Trail, events: &Path, last: u64) {
-    let stop = CancellationToken::new();
-    let options = PublisherOptions {
-        source: "urn:ankusa:test".into(),
-        batch: 4,
-        idle: Duration::from_millis(20),
-        in_flight: 4,
-    };
-    let publisher = Publisher::start(
-        trail.clone(),
-        vec![file_sink(events)],
-        options,
-        stop.clone(),
-    )
-    .await
-    .unwrap();
-    for _ in 0..1000 {
-        if publisher.statuses()[0].position >= last {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(
-        publisher.statuses()[0].position,
-        last,
-        "published up to {last}"
-    );
-    stop.cancel();
-    publisher.join().await;
-}
-
-fn read_events(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-fn seq_of(event: &Value) -> u64 {
-    event["sequence"].as_str().unwrap().parse().unwrap()
 }
 
 async fn delete_source(trail: &Trail, id: &str) -> Committed<()> {

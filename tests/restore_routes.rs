@@ -8,6 +8,8 @@
 //! it", when the entity is null). It must rebuild exactly the routes the store holds.
 
 mod common;
+#[path = "common/lifecycle.rs"]
+mod lifecycle_support;
 
 #[path = "common/api.rs"]
 mod api;
@@ -20,7 +22,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ankusa::audit::{Clock as _, CommitError, Row, SettleOptions, SystemClock, Trail};
-use ankusa::lifecycle::{Publisher, PublisherOptions, SinkSpec};
 use ankusa::store::backup::BackupDir;
 use ankusa::store::restore::{restore, RestoreRequest};
 use ankusa::store::{keys, keys::meta, Cf, Store};
@@ -28,8 +29,8 @@ use ankusa::subjects::remote::memory::MemoryStore;
 use ankusa::subjects::remote::redis::RedisStore;
 use ankusa::subjects::remote::refresh::{self, Counts, RefreshOptions, Refreshable, Report};
 use ankusa::subjects::routes::{NewRoute, Route, RoutePatch, RouteStore, Routes};
-use ankusa_sinks::{FileConfig, FileSink, RetryPolicy};
 use common::{all_rows, ctx, open_trail_with_sinks};
+use lifecycle_support::{publish_all, read_events, seq_of};
 use redis_server::RedisServer;
 use serde_json::Value;
 use tokio::task::JoinHandle;
@@ -131,70 +132,6 @@ async fn delete(node: &Node, tenant: &str, id: &str) -> u64 {
         .delete(ctx("ops"), tenant.into(), id.into(), None)
         .await;
     out.unwrap().seq.expect("a row")
-}
-
-// ---- publishing to a real file sink ----
-
-fn file_sink(path: &Path) -> SinkSpec {
-    let retry = RetryPolicy {
-        initial: Duration::from_millis(5),
-        max: Duration::from_millis(50),
-        max_retry_after: Duration::from_millis(50),
-    };
-    let config = FileConfig {
-        path: path.to_owned(),
-        retry,
-    };
-    SinkSpec {
-        name: "file".into(),
-        sink: Arc::new(FileSink::new(config).unwrap()),
-        retry,
-    }
-}
-
-/// Publish every row committed so far to the file sink `events`, then stop the publisher.
-async fn publish_all(trail: &Trail, events: &Path) {
-    let last = *trail.committed().borrow();
-    let stop = CancellationToken::new();
-    let options = PublisherOptions {
-        source: "urn:ankusa:test".into(),
-        batch: 4,
-        idle: Duration::from_millis(20),
-        in_flight: 4,
-    };
-    let publisher = Publisher::start(
-        trail.clone(),
-        vec![file_sink(events)],
-        options,
-        stop.clone(),
-    )
-    .await
-    .unwrap();
-    for _ in 0..1000 {
-        if publisher.statuses()[0].position >= last {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(
-        publisher.statuses()[0].position,
-        last,
-        "published up to {last}"
-    );
-    stop.cancel();
-    publisher.join().await;
-}
-
-fn read_events(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-fn seq_of(event: &Value) -> u64 {
-    event["sequence"].as_str().unwrap().parse().unwrap()
 }
 
 // ---- backups and restores ----

@@ -1,21 +1,25 @@
 //! Helpers for the lifecycle tests: a webhook receiver whose answer a test can change
-//! mid-run, a publisher that stops cleanly, and a Kafka reader.
+//! mid-run, a publisher that stops cleanly, a Kafka reader, and a file sink with what it
+//! wrote.
 //!
 //! Included with `#[path = "common/lifecycle.rs"] mod lifecycle_support;`.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::ops::Deref;
+use std::path::Path;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ankusa::audit::Trail;
 use ankusa::lifecycle::{Publisher, PublisherOptions, SinkSpec};
+use ankusa_sinks::{FileConfig, FileSink, RetryPolicy};
 use axum::http::{HeaderMap, StatusCode};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::{BorrowedMessage, Headers};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 /// A webhook receiver on 127.0.0.1:0 answering with the status the test sets; it records
@@ -166,4 +170,61 @@ pub fn kafka_headers(m: &BorrowedMessage<'_>) -> HashMap<String, String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// A file sink named `file` writing to `path`, retrying quickly.
+pub fn file_sink(path: &Path) -> SinkSpec {
+    let retry = RetryPolicy {
+        initial: Duration::from_millis(5),
+        max: Duration::from_millis(50),
+        max_retry_after: Duration::from_millis(50),
+    };
+    let config = FileConfig {
+        path: path.to_owned(),
+        retry,
+    };
+    SinkSpec {
+        name: "file".into(),
+        sink: Arc::new(FileSink::new(config).unwrap()),
+        retry,
+    }
+}
+
+/// Publish every flagged row up to `last` to the file sink `events` (small batches), then
+/// stop the publisher.
+pub async fn publish_to(trail: &Trail, events: &Path, last: u64) {
+    let options = PublisherOptions {
+        source: "urn:ankusa:test".into(),
+        batch: 4,
+        idle: Duration::from_millis(20),
+        in_flight: 4,
+    };
+    let publisher = Running::start(trail, vec![file_sink(events)], options).await;
+    wait_for("publication", || publisher.statuses()[0].position >= last).await;
+    assert_eq!(
+        publisher.statuses()[0].position,
+        last,
+        "published up to {last}"
+    );
+    publisher.stop().await;
+}
+
+/// Publish every row committed so far to the file sink `events`, then stop the publisher.
+pub async fn publish_all(trail: &Trail, events: &Path) {
+    let last = *trail.committed().borrow();
+    publish_to(trail, events, last).await;
+}
+
+/// The events a file sink wrote to `path`, in order.
+pub fn read_events(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// An event's seq, from its `sequence` extension.
+pub fn seq_of(event: &Value) -> u64 {
+    event["sequence"].as_str().unwrap().parse().unwrap()
 }
