@@ -8,7 +8,7 @@ mod common;
 #[path = "common/lifecycle.rs"]
 mod lifecycle_support;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -20,7 +20,7 @@ use ankusa::store::backup::{last_seq, BackupDir, BackupError};
 use ankusa::store::restore::{restore, RestoreRequest, Restored};
 use ankusa::store::{keys::meta, Cf, Store};
 use common::*;
-use lifecycle_support::{publish_to, read_events, seq_of};
+use lifecycle_support::{consumer_order, publish_to, read_events, seq_of};
 use serde_json::{json, Value};
 
 fn now() -> u64 {
@@ -47,45 +47,10 @@ async fn delete_source(trail: &Trail, id: &str) -> Committed<()> {
         .unwrap()
 }
 
-/// What a downstream consumer rebuilds from the events it received: it drops repeated ids
-/// (checking that a repeat is the same event), orders incarnations as it first saw them and
-/// events by (incarnation, seq), and on `instance.restored` forgets what the lost store did
-/// after the restored seq. Returns the sources it believes exist, by subject.
+/// What a downstream consumer rebuilds from the events it received (applied as
+/// `consumer_order` says): the sources it believes exist, by subject.
 fn replica(events: &[Value]) -> BTreeMap<String, Value> {
-    let mut by_id: HashMap<String, &Value> = HashMap::new();
-    let mut incarnations: Vec<String> = Vec::new();
-    let mut unique = Vec::new();
-    for e in events {
-        let id = e["id"].as_str().unwrap().to_owned();
-        match by_id.get(&id) {
-            Some(first) => assert_eq!(*first, e, "a repeated id is the same event"),
-            None => {
-                by_id.insert(id, e);
-                unique.push(e);
-            }
-        }
-        let inc = e["incarnation"].as_str().unwrap().to_owned();
-        if !incarnations.contains(&inc) {
-            incarnations.push(inc);
-        }
-    }
-    let rank = |e: &Value| {
-        let inc = e["incarnation"].as_str().unwrap();
-        (
-            incarnations.iter().position(|i| i == inc).unwrap(),
-            seq_of(e),
-        )
-    };
-    unique.sort_by_key(|e| rank(e));
-    let mut applied: Vec<&Value> = Vec::new();
-    for e in unique {
-        if e["type"] == "io.ankusa.instance.restored" {
-            let restored = e["data"]["entity"]["restored_seq"].as_u64().unwrap();
-            applied.retain(|a| seq_of(a) <= restored);
-        } else {
-            applied.push(e);
-        }
-    }
+    let applied = consumer_order(events);
     let mut state = BTreeMap::new();
     for e in applied {
         let subject = e["subject"].as_str().unwrap().to_owned();

@@ -16,7 +16,7 @@ mod api;
 #[path = "common/redis.rs"]
 mod redis_server;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,7 +30,7 @@ use ankusa::subjects::remote::redis::RedisStore;
 use ankusa::subjects::remote::refresh::{self, Counts, RefreshOptions, Refreshable, Report};
 use ankusa::subjects::routes::{NewRoute, Route, RoutePatch, RouteStore, Routes};
 use common::{all_rows, ctx, open_trail_with_sinks};
-use lifecycle_support::{publish_all, read_events, seq_of};
+use lifecycle_support::{consumer_order, publish_all, read_events};
 use redis_server::RedisServer;
 use serde_json::Value;
 use tokio::task::JoinHandle;
@@ -161,38 +161,7 @@ fn restore_into(backups: &Path, target: &Path) {
 /// `refreshes`: whether it applies `route.refreshed` (a consumer that ignores them is the
 /// control: it must be wrong after a restore that lost route changes).
 fn replica(events: &[Value], refreshes: bool) -> BTreeMap<String, Value> {
-    let mut by_id: HashMap<String, &Value> = HashMap::new();
-    let mut incarnations: Vec<String> = Vec::new();
-    let mut unique = Vec::new();
-    for e in events {
-        let id = e["id"].as_str().unwrap().to_owned();
-        match by_id.get(&id) {
-            Some(first) => assert_eq!(*first, e, "a repeated id is the same event"),
-            None => {
-                by_id.insert(id, e);
-                unique.push(e);
-            }
-        }
-        let inc = e["incarnation"].as_str().unwrap().to_owned();
-        if !incarnations.contains(&inc) {
-            incarnations.push(inc);
-        }
-    }
-    let rank = |e: &Value| {
-        let inc = e["incarnation"].as_str().unwrap();
-        let at = incarnations.iter().position(|i| i == inc).unwrap();
-        (at, seq_of(e))
-    };
-    unique.sort_by_key(|e| rank(e));
-    let mut applied: Vec<&Value> = Vec::new();
-    for e in unique {
-        if e["type"] == "io.ankusa.instance.restored" {
-            let restored = e["data"]["entity"]["restored_seq"].as_u64().unwrap();
-            applied.retain(|a| seq_of(a) <= restored);
-        } else {
-            applied.push(e);
-        }
-    }
+    let applied = consumer_order(events);
     let mut state = BTreeMap::new();
     for e in applied {
         let key = e["partitionkey"].as_str().unwrap().to_owned();

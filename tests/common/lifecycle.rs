@@ -228,3 +228,42 @@ pub fn read_events(path: &Path) -> Vec<Value> {
 pub fn seq_of(event: &Value) -> u64 {
     event["sequence"].as_str().unwrap().parse().unwrap()
 }
+
+/// The events a downstream consumer applies, in the order it applies them: it drops repeated
+/// ids (checking that a repeat is the same event), orders incarnations as it first saw them
+/// and events by (incarnation, seq), and on `instance.restored` forgets what the lost store
+/// did after the restored seq.
+pub fn consumer_order(events: &[Value]) -> Vec<&Value> {
+    let mut by_id: HashMap<&str, &Value> = HashMap::new();
+    let mut incarnations: Vec<&str> = Vec::new();
+    let mut unique = Vec::new();
+    for e in events {
+        let id = e["id"].as_str().unwrap();
+        match by_id.get(id) {
+            Some(first) => assert_eq!(*first, e, "a repeated id is the same event"),
+            None => {
+                by_id.insert(id, e);
+                unique.push(e);
+            }
+        }
+        let incarnation = e["incarnation"].as_str().unwrap();
+        if !incarnations.contains(&incarnation) {
+            incarnations.push(incarnation);
+        }
+    }
+    unique.sort_by_key(|e| {
+        let incarnation = e["incarnation"].as_str().unwrap();
+        let rank = incarnations.iter().position(|i| *i == incarnation).unwrap();
+        (rank, seq_of(e))
+    });
+    let mut applied: Vec<&Value> = Vec::new();
+    for e in unique {
+        if e["type"] == "io.ankusa.instance.restored" {
+            let restored = e["data"]["entity"]["restored_seq"].as_u64().unwrap();
+            applied.retain(|a| seq_of(a) <= restored);
+        } else {
+            applied.push(e);
+        }
+    }
+    applied
+}
