@@ -147,15 +147,10 @@ impl Trail {
         how: Finish,
     ) -> Result<Option<Settled>, StoreError> {
         let mut pending = pending;
-        let (reply, answer) = oneshot::channel();
-        let request = Request::Finish(FinishReq {
-            id: pending.id,
-            how,
-            reply,
-        });
-        let closed = || StoreError::Unavailable("the audit writer has stopped".into());
-        self.requests.send(request).await.map_err(|_| closed())?;
-        let settled = answer.await.map_err(|_| closed())??;
+        let id = pending.id;
+        let settled = self
+            .ask(|reply| Request::Finish(FinishReq { id, how, reply }))
+            .await?;
         pending.disarm();
         if let Some(s) = &settled {
             dual_events::finished(s);

@@ -239,16 +239,16 @@ impl Trail {
         to: u64,
         dead_letters: Vec<(Vec<u8>, Vec<u8>)>,
     ) -> Result<(), StoreError> {
-        let (reply, answer) = oneshot::channel();
-        let request = Request::Advance(Advance {
-            sink: sink.to_owned(),
-            to,
-            dead_letters,
-            reply,
-        });
-        let closed = || StoreError::Unavailable("the audit writer has stopped".into());
-        self.requests.send(request).await.map_err(|_| closed())?;
-        answer.await.map_err(|_| closed())?
+        let sink = sink.to_owned();
+        self.ask(|reply| {
+            Request::Advance(Advance {
+                sink,
+                to,
+                dead_letters,
+                reply,
+            })
+        })
+        .await
     }
 
     /// Delete up to `max_rows` rows committed before `older_than_ms` (unix ms), oldest first,
@@ -260,14 +260,28 @@ impl Trail {
         older_than_ms: u64,
         max_rows: usize,
     ) -> Result<SweepBatch, StoreError> {
+        self.ask(|reply| {
+            Request::Sweep(Sweep {
+                older_than_ms,
+                max_rows,
+                reply,
+            })
+        })
+        .await
+    }
+
+    /// Send the writer the request `make` builds around a reply channel and wait for its
+    /// answer; `Unavailable` when the writer has stopped.
+    pub(crate) async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Request,
+    ) -> Result<T, StoreError> {
         let (reply, answer) = oneshot::channel();
-        let request = Request::Sweep(Sweep {
-            older_than_ms,
-            max_rows,
-            reply,
-        });
         let closed = || StoreError::Unavailable("the audit writer has stopped".into());
-        self.requests.send(request).await.map_err(|_| closed())?;
+        self.requests
+            .send(make(reply))
+            .await
+            .map_err(|_| closed())?;
         answer.await.map_err(|_| closed())?
     }
 

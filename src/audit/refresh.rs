@@ -17,7 +17,6 @@
 use std::collections::HashMap;
 
 use serde_json::{json, Value};
-use tokio::sync::oneshot;
 
 use super::pending::{Answer, SettleReply, Settled};
 use super::row::{decode_row, Change, Row, RowResult};
@@ -219,20 +218,13 @@ impl Trail {
     /// Write `refresh`'s state-refresh row if its present state is not what the trail says:
     /// `Ok(None)` when it is.
     pub async fn refresh(&self, refresh: Refresh) -> Result<Option<Settled>, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        let request = Request::Refresh(Box::new(RefreshReq { refresh, reply }));
-        let closed = || StoreError::Unavailable("the audit writer has stopped".into());
-        self.requests.send(request).await.map_err(|_| closed())?;
-        answer.await.map_err(|_| closed())?
+        self.ask(|reply| Request::Refresh(Box::new(RefreshReq { refresh, reply })))
+            .await
     }
 
     /// Delete `m:refresh_pending`: every remote kind is refreshed.
     pub async fn refresh_done(&self) -> Result<(), StoreError> {
-        let (reply, answer) = oneshot::channel();
-        let closed = || StoreError::Unavailable("the audit writer has stopped".into());
-        let request = Request::RefreshDone(reply);
-        self.requests.send(request).await.map_err(|_| closed())?;
-        answer.await.map_err(|_| closed())?
+        self.ask(Request::RefreshDone).await
     }
 }
 

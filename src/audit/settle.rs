@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -126,15 +126,14 @@ impl Trail {
     }
 
     async fn settle(&self, id: u64, presence: Presence) -> Result<Option<Settled>, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        let request = Request::Settle(SettleReq {
-            id,
-            presence,
-            reply,
-        });
-        let closed = || StoreError::Unavailable("the audit writer has stopped".into());
-        self.requests.send(request).await.map_err(|_| closed())?;
-        answer.await.map_err(|_| closed())?
+        self.ask(|reply| {
+            Request::Settle(SettleReq {
+                id,
+                presence,
+                reply,
+            })
+        })
+        .await
     }
 }
 
