@@ -58,8 +58,8 @@ pub async fn serve(
     let routes = routes::Routes::new(route_store, trail.clone());
     let sources =
         RemoteSources::open(&config.sources, &trail).context("opening the source store")?;
-    let mut reconcilers = routes.reconcilers();
-    reconcilers.extend(sources.iter().flat_map(|s| s.reconcilers()));
+    let mut reconcilers = routes.remote().reconcilers();
+    reconcilers.extend(sources.iter().flat_map(|s| s.remote().reconcilers()));
     let settlement = trail.start_settlement(
         reconcilers,
         config.settlement.options(),

@@ -55,7 +55,8 @@ impl Node {
             interval: Duration::from_millis(50),
             window: Duration::from_secs(5),
         };
-        let settlement = trail.start_settlement(routes.reconcilers(), settle, stop.clone());
+        let settlement =
+            trail.start_settlement(routes.remote().reconcilers(), settle, stop.clone());
         let kinds: Vec<Arc<dyn Refreshable>> = vec![Arc::new(routes.remote().clone())];
         let refreshing = refresh::start(&trail, kinds, options, stop.clone());
         Node {
@@ -193,7 +194,11 @@ async fn routes_in_store(routes: &Routes) -> BTreeMap<String, Value> {
     for tenant in routes.store().tenants().await.unwrap() {
         let mut after: Option<String> = None;
         loop {
-            let page = routes.list(&tenant, after.as_deref(), 2).await.unwrap();
+            let page = routes
+                .remote()
+                .list(&tenant, after.as_deref(), 2)
+                .await
+                .unwrap();
             for item in page.items {
                 let view = item.into_value();
                 let id = view["id"].as_str().unwrap().to_owned();

@@ -69,7 +69,7 @@ pub fn settling(
     let stop = CancellationToken::new();
     let task = trail
         .start_settlement(
-            routes.reconcilers(),
+            routes.remote().reconcilers(),
             SettleOptions { interval, window },
             stop.clone(),
         )

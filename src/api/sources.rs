@@ -8,17 +8,15 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Json;
-use serde_json::json;
 
 use super::auth::{AdminRead, Authorized};
 use super::context::WriteContext;
 use super::error::ApiError;
 use super::extract::ApiQuery;
 use super::extract::{ApiJson, ApiPath, IfMatchHeader};
-use super::subject::{self, page_limit, written, PageQuery};
+use super::subject::{self, found, listed, page_limit, written, PageQuery};
 use super::AppState;
 use crate::subjects::sources::{self, NewSource, Source, SourcePatch};
-use crate::subjects::Outcome;
 
 /// `GET`: one page of the tenant's sources, in id order.
 pub async fn list(
@@ -31,8 +29,11 @@ pub async fn list(
         return subject::list::<Source>(auth, State(state), ApiPath(tenant), ApiQuery(query)).await;
     };
     let limit = page_limit(query.limit)?;
-    let page = remote.list(&tenant, query.after.as_deref(), limit).await?;
-    Ok(Json(json!({"items": page.items, "next": page.next})))
+    let page = remote
+        .remote()
+        .list(&tenant, query.after.as_deref(), limit)
+        .await?;
+    Ok(listed(page))
 }
 
 /// `GET .../{id}`: one source, with its revision as `ETag`.
@@ -44,17 +45,8 @@ pub async fn get(
     let Some(remote) = state.sources.clone() else {
         return subject::get::<Source>(auth, State(state), ApiPath((tenant, id))).await;
     };
-    let view = remote
-        .get(&tenant, &id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("sources/{id} does not exist")))?;
-    let revision = view.as_value()["revision"].as_u64().unwrap_or(0);
-    let outcome = Outcome {
-        seq: None,
-        revision,
-        view: Some(view),
-    };
-    Ok(written(StatusCode::OK, outcome))
+    let view = remote.remote().get(&tenant, &id).await?;
+    found(view, &format!("sources/{id}"))
 }
 
 /// `POST`: create a source (201; 409 `already_exists`).

@@ -17,6 +17,7 @@ use super::error::ApiError;
 use super::extract::{ApiPath, ApiQuery};
 use super::AppState;
 use crate::subjects::read::{self, MAX_PAGE};
+use crate::subjects::redact::Redacted;
 use crate::subjects::{Outcome, Subject};
 
 /// The header that gives the seq of the row a write committed.
@@ -59,7 +60,12 @@ pub async fn list<S: Subject>(
         read::list::<S>(&store, &tenant, query.after.as_deref(), limit)
     })
     .await??;
-    Ok(Json(json!({"items": page.items, "next": page.next})))
+    Ok(listed(page))
+}
+
+/// The answer to a list: one page and where the next starts.
+pub fn listed(page: read::Page) -> Json<serde_json::Value> {
+    Json(json!({"items": page.items, "next": page.next}))
 }
 
 /// `GET .../tenants/{tenant}/<kind>/{id}`: one subject.
@@ -70,8 +76,13 @@ pub async fn get<S: Subject>(
 ) -> Result<Response, ApiError> {
     let store = state.trail.store().clone();
     let resource = S::KIND.resource(&id);
-    let found = tokio::task::spawn_blocking(move || read::get::<S>(&store, &tenant, &id)).await??;
-    let view = found.ok_or_else(|| ApiError::NotFound(format!("{resource} does not exist")))?;
+    let view = tokio::task::spawn_blocking(move || read::get::<S>(&store, &tenant, &id)).await??;
+    found(view, &resource)
+}
+
+/// The answer to a read of one subject: its view with its revision as `ETag`, or 404.
+pub fn found(view: Option<Redacted>, resource: &str) -> Result<Response, ApiError> {
+    let view = view.ok_or_else(|| ApiError::NotFound(format!("{resource} does not exist")))?;
     let revision = view.as_value()["revision"].as_u64().unwrap_or(0);
     let mut response = Json(view).into_response();
     set_etag(&mut response, revision);

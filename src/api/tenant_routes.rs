@@ -9,16 +9,14 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Json;
-use serde_json::json;
 
 use super::auth::{AdminRead, Authorized};
 use super::context::WriteContext;
 use super::error::ApiError;
 use super::extract::{ApiJson, ApiPath, ApiQuery, IfMatchHeader};
-use super::subject::{page_limit, written, PageQuery};
+use super::subject::{found, listed, page_limit, written, PageQuery};
 use super::AppState;
 use crate::subjects::routes::{NewRoute, RoutePatch};
-use crate::subjects::Outcome;
 
 /// `GET`: one page of the tenant's routes, in id order.
 pub async fn list(
@@ -30,9 +28,10 @@ pub async fn list(
     let limit = page_limit(query.limit)?;
     let page = state
         .routes
+        .remote()
         .list(&tenant, query.after.as_deref(), limit)
         .await?;
-    Ok(Json(json!({"items": page.items, "next": page.next})))
+    Ok(listed(page))
 }
 
 /// `GET .../{id}`: one route, with its revision as `ETag`.
@@ -41,18 +40,8 @@ pub async fn get(
     State(state): State<AppState>,
     ApiPath((tenant, id)): ApiPath<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let view = state
-        .routes
-        .get(&tenant, &id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("routes/{id} does not exist")))?;
-    let revision = view.as_value()["revision"].as_u64().unwrap_or(0);
-    let outcome = Outcome {
-        seq: None,
-        revision,
-        view: Some(view),
-    };
-    Ok(written(StatusCode::OK, outcome))
+    let view = state.routes.remote().get(&tenant, &id).await?;
+    found(view, &format!("routes/{id}"))
 }
 
 /// `POST`: create a route (201; 409 `already_exists`).

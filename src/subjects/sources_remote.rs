@@ -10,13 +10,11 @@ use std::sync::Arc;
 use serde_json::Map;
 
 use super::key::check_name;
-use super::read::{Page, ReadError};
-use super::redact::Redacted;
 use super::remote::redis::RedisStore;
 use super::remote::{view, Remote, RemoteStore};
 use super::sources::{check_new, check_patch, created, patched, NewSource, Source, SourcePatch};
 use super::{check_if_match, ChangeResult, IfMatch, Outcome};
-use crate::audit::{Context, Reconcilers, Trail};
+use crate::audit::{Context, Trail};
 use crate::config::{SourceStoreKind, SourcesConfig};
 use crate::store::StoreError;
 
@@ -51,26 +49,6 @@ impl RemoteSources {
     /// The remote-subject handle underneath (its gate, and the refresh after a restore).
     pub fn remote(&self) -> &Remote<Source> {
         &self.0
-    }
-
-    /// The reconcilers settlement needs for sources.
-    pub fn reconcilers(&self) -> Reconcilers {
-        self.0.reconcilers()
-    }
-
-    /// Source `id` of `tenant`, redacted.
-    pub async fn get(&self, tenant: &str, id: &str) -> Result<Option<Redacted>, ReadError> {
-        self.0.get(tenant, id).await
-    }
-
-    /// A page of `tenant`'s sources with ids after `after`, in id order.
-    pub async fn list(
-        &self,
-        tenant: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Page, ReadError> {
-        self.0.list(tenant, after, limit).await
     }
 
     /// Create source `input.id` of `tenant` (`source.create`); `Exists` if it is there.

@@ -7,10 +7,8 @@ use std::sync::Arc;
 use serde_json::Map;
 
 use super::{NewRoute, Route, RoutePatch, RouteStore};
-use crate::audit::{Context, Reconcilers, Trail};
+use crate::audit::{Context, Trail};
 use crate::subjects::key::check_name;
-use crate::subjects::read::{Page, ReadError};
-use crate::subjects::redact::Redacted;
 use crate::subjects::remote::{view, Remote};
 use crate::subjects::{check_if_match, ChangeResult, IfMatch, Outcome};
 
@@ -32,26 +30,6 @@ impl Routes {
     /// The remote-subject handle underneath (its gate, and the refresh after a restore).
     pub fn remote(&self) -> &Remote<Route> {
         &self.0
-    }
-
-    /// The reconcilers settlement needs for routes.
-    pub fn reconcilers(&self) -> Reconcilers {
-        self.0.reconcilers()
-    }
-
-    /// Route `id` of `tenant`, redacted.
-    pub async fn get(&self, tenant: &str, id: &str) -> Result<Option<Redacted>, ReadError> {
-        self.0.get(tenant, id).await
-    }
-
-    /// A page of `tenant`'s routes with ids after `after`, in id order.
-    pub async fn list(
-        &self,
-        tenant: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Page, ReadError> {
-        self.0.list(tenant, after, limit).await
     }
 
     /// Create route `input.id` of `tenant` (`route.create`); `Exists` if it is there.
