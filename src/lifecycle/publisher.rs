@@ -205,14 +205,15 @@ impl Lane {
             if let Some(read) = if room { reading.take() } else { None } {
                 let page = match joined(read).await {
                     Ok(page) => page,
-                    Err(e) if in_flight.is_empty() => {
+                    Err(e) => {
                         self.note_error(&format!("reading the outbox: {e}"));
-                        self.pause(Duration::from_secs(1)).await;
-                        reading = Some(self.read(self.position));
+                        // With attempts in flight, read again once they are settled.
+                        if in_flight.is_empty() {
+                            self.pause(Duration::from_secs(1)).await;
+                            reading = Some(self.read(self.position));
+                        }
                         continue;
                     }
-                    // Read again once what is in flight is settled.
-                    Err(_) => continue,
                 };
                 if !page.deliveries.is_empty() {
                     if in_flight.is_empty() {
