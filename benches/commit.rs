@@ -1,14 +1,16 @@
 //! Commit throughput: the audit writer's group commit beside raw synced RocksDB batches.
 //!
-//! For 1, 8 and 64 concurrent committers it runs, for a fixed time each:
+//! For 1, 8 and 64 concurrent committers it measures, for a fixed time each:
 //! - ours: `Trail::commit` of a source write plus its row (the real path: validation on the
 //!   writer thread, hashing, one synced batch per group);
 //! - raw: the same number of OS threads each writing a `WriteBatch` of the same bytes (the
 //!   subject value, a row of the same size and the meta counters) with `sync = true`.
 //!
-//! and prints commits/s and the ratio ours/raw, and ours at 64 over ours at 1.
-//! `ANKUSA_BENCH_SECS` sets the time per measurement (default 3); `ANKUSA_BENCH_OURS_ONLY=N`
-//! measures only ours at N committers (for a profiler).
+//! Synced writes on a shared machine vary a lot from second to second, so each concurrency
+//! runs [`ROUNDS`] rounds of ours and raw back to back; it prints every round, the median of
+//! ours and of raw and their ratio, and ours at 64 over ours at 1 (medians).
+//! `ANKUSA_BENCH_SECS` sets the time per measurement (default 2); `ANKUSA_BENCH_OURS_ONLY=N`
+//! measures only ours at N committers, once (for a profiler).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,36 +21,59 @@ use ankusa::store::Cf;
 use rocksdb::{WriteBatch, WriteOptions, DB};
 use serde_json::json;
 
+/// Rounds of ours and raw per concurrency.
+const ROUNDS: usize = 3;
+
 fn main() {
     let secs: u64 = std::env::var("ANKUSA_BENCH_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(3);
+        .unwrap_or(2);
     let run_for = Duration::from_secs(secs);
-    println!("commit throughput, {secs} s per measurement, synced writes");
-    println!(
-        "{:>11} {:>14} {:>14} {:>9}",
-        "committers", "ours/s", "raw/s", "ours/raw"
-    );
+    println!("commit throughput, synced writes, {ROUNDS} rounds of {secs} s per measurement");
     if let Some(n) = std::env::var("ANKUSA_BENCH_OURS_ONLY")
         .ok()
         .and_then(|s| s.parse().ok())
     {
         // One measurement of ours alone, for a profiler.
-        println!("{n:>11} {:>14.0}", bench_ours(n, run_for));
+        println!("{n:>11} committers: ours {:.0}/s", bench_ours(n, run_for));
         return;
     }
+    println!(
+        "{:>11} {:>14} {:>14} {:>9}",
+        "committers", "ours/s", "raw/s", "ours/raw"
+    );
     let mut ours_at = vec![];
     for n in [1usize, 8, 64] {
-        let ours = bench_ours(n, run_for);
-        let raw = bench_raw(n, run_for);
-        println!("{n:>11} {ours:>14.0} {raw:>14.0} {:>9.2}", ours / raw);
+        let mut ours = Vec::with_capacity(ROUNDS);
+        let mut raw = Vec::with_capacity(ROUNDS);
+        for round in 1..=ROUNDS {
+            ours.push(bench_ours(n, run_for));
+            raw.push(bench_raw(n, run_for));
+            println!(
+                "{:>11} {:>14.0} {:>14.0} {:>9.2}   round {round}",
+                n,
+                ours[round - 1],
+                raw[round - 1],
+                ours[round - 1] / raw[round - 1]
+            );
+        }
+        let (ours, raw) = (median(ours), median(raw));
+        println!(
+            "{n:>11} {ours:>14.0} {raw:>14.0} {:>9.2}   median",
+            ours / raw
+        );
         ours_at.push(ours);
     }
     println!(
-        "group commit: ours at 64 / ours at 1 = {:.1}x",
+        "group commit: ours at 64 / ours at 1 = {:.1}x (medians)",
         ours_at[2] / ours_at[0]
     );
+}
+
+fn median(mut figures: Vec<f64>) -> f64 {
+    figures.sort_by(f64::total_cmp);
+    figures[figures.len() / 2]
 }
 
 /// A subject of about the size of a real source (~300 bytes of JSON).

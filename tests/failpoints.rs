@@ -7,6 +7,7 @@ mod common;
 use ankusa::audit::CommitError;
 use ankusa::store::{keys::meta, Cf};
 use common::*;
+use serde_json::json;
 
 #[tokio::test]
 async fn a_store_that_cannot_be_written_refuses_the_change_and_applies_nothing() {
@@ -36,6 +37,106 @@ async fn a_store_that_cannot_be_written_refuses_the_change_and_applies_nothing()
             .seq,
         1
     );
+    trail.shutdown().await;
+    scenario.teardown();
+}
+
+/// Holds the next group handed to the syncer for a while, and has every group handed over
+/// (none written on the writer thread), so that the next group is prepared while it waits.
+fn hold_the_syncer() {
+    fail::cfg("audit::inline", "return").unwrap();
+    fail::cfg("audit::sync_delay", "1*sleep(300)").unwrap();
+}
+
+#[tokio::test]
+async fn a_change_prepared_while_the_group_before_it_is_written_sees_that_group() {
+    let scenario = fail::FailScenario::setup();
+    let dir = tempfile::tempdir().unwrap();
+    let trail = open_trail(dir.path(), true);
+    hold_the_syncer();
+    let first = tokio::spawn({
+        let trail = trail.clone();
+        async move { create_source(&trail, ctx("a"), "s1", "x").await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    // s1 is in no store yet: only the group being written has it.
+    let update = tokio::spawn({
+        let trail = trail.clone();
+        async move { update_secret(&trail, ctx("b"), "s1", "y").await }
+    });
+    let again = tokio::spawn({
+        let trail = trail.clone();
+        async move { create_source(&trail, ctx("c"), "s1", "z").await }
+    });
+    assert_eq!(first.await.unwrap().unwrap().seq, 1);
+    let update = update.await.unwrap().unwrap();
+    assert_eq!((update.seq, &update.value["revision"]), (2, &json!(2)));
+    assert_eq!(
+        again.await.unwrap().unwrap_err(),
+        CommitError::Refused(TestRefusal::Exists)
+    );
+    let rows = all_rows(trail.store());
+    let actions: Vec<_> = rows.iter().map(|r| (r.seq, r.action.as_str())).collect();
+    assert_eq!(actions, [(1, "source.create"), (2, "source.update")]);
+    let stored: serde_json::Value =
+        serde_json::from_slice(&trail.store().get(Cf::Sources, b"t1/s1").unwrap().unwrap())
+            .unwrap();
+    assert_eq!(
+        (&stored["secret"], &stored["revision"]),
+        (&json!("y"), &json!(2))
+    );
+    trail.shutdown().await;
+    scenario.teardown();
+}
+
+#[tokio::test]
+async fn a_batch_that_fails_takes_down_the_group_prepared_on_it_and_nothing_else() {
+    let scenario = fail::FailScenario::setup();
+    let dir = tempfile::tempdir().unwrap();
+    let trail = open_trail(dir.path(), true);
+    assert_eq!(
+        create_source(&trail, ctx("a"), "s0", "x")
+            .await
+            .unwrap()
+            .seq,
+        1
+    );
+    hold_the_syncer();
+    fail::cfg("audit::write", "1*return").unwrap();
+    let first = tokio::spawn({
+        let trail = trail.clone();
+        async move { create_source(&trail, ctx("a"), "s1", "x").await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    // Valid only on top of the first, whose batch will fail: it must not stand either (and
+    // must not be told "missing": it was validated against the failed batch).
+    let update = tokio::spawn({
+        let trail = trail.clone();
+        async move { update_secret(&trail, ctx("b"), "s1", "y").await }
+    });
+    assert_eq!(
+        first.await.unwrap().unwrap_err(),
+        CommitError::StoreUnavailable
+    );
+    assert_eq!(
+        update.await.unwrap().unwrap_err(),
+        CommitError::StoreUnavailable
+    );
+    let rows: Vec<_> = all_rows(trail.store()).iter().map(|r| r.seq).collect();
+    assert_eq!(rows, [1]);
+    assert_eq!(all_keys(trail.store(), Cf::Sources), [b"t1/s0".to_vec()]);
+    assert_eq!(trail.store().meta_u64(meta::AUDIT_SEQ).unwrap(), 1);
+    assert_eq!(trail.usage().rows, 1);
+    // The writer rolled its counters back: the next changes take the next seqs.
+    assert_eq!(
+        create_source(&trail, ctx("a"), "s1", "x")
+            .await
+            .unwrap()
+            .seq,
+        2
+    );
+    let update = update_secret(&trail, ctx("b"), "s1", "y").await.unwrap();
+    assert_eq!((update.seq, &update.value["revision"]), (3, &json!(2)));
     trail.shutdown().await;
     scenario.teardown();
 }

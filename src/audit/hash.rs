@@ -56,7 +56,8 @@ pub fn canonical(v: &Value, out: &mut Vec<u8>) {
                 if i > 0 {
                     out.push(b',');
                 }
-                write_scalar(&Value::String(k.clone()), out);
+                serde_json::to_writer(&mut *out, k.as_str())
+                    .expect("writing a JSON string to a Vec cannot fail");
                 out.push(b':');
                 canonical(v, out);
             }

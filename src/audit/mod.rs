@@ -22,6 +22,7 @@ pub mod retention;
 mod row;
 mod settle;
 mod stage;
+mod sync;
 mod tx;
 mod usage;
 mod writer;
@@ -158,30 +159,37 @@ impl Trail {
             ..TrailStats::default()
         });
         crate::telemetry::ceilings(&options.limits.ceilings());
+        let tally = sync::Tally {
+            last_seq: boot.last_seq,
+            last_at: boot.last_at,
+            usage: boot.usage,
+            positions: boot.positions,
+            last_event: boot.last_event,
+        };
         let writer = Writer {
             store: store.clone(),
             rx,
             hasher: boot.hasher,
             clock: clock.clone(),
-            last_seq: boot.last_seq,
-            last_at: boot.last_at,
-            usage: boot.usage,
+            tally: tally.clone(),
+            written: tally.clone(),
             lifecycle: options.lifecycle,
-            committed: committed_tx,
-            positions: boot.positions,
             head: prune::Head::new(boot.usage.from),
             limits: options.limits,
-            last_event: boot.last_event,
-            stats: stats.clone(),
             pending: last_pending,
+            unsynced: Default::default(),
         };
-        let thread = std::thread::Builder::new()
-            .name("audit-writer".into())
-            .spawn(move || writer.run())
-            .map_err(|e| StoreError::Corrupt {
-                what: "audit writer thread".into(),
-                detail: e.to_string(),
-            })?;
+        let syncer = sync::Syncer {
+            store: store.clone(),
+            committed: committed_tx,
+            stats: stats.clone(),
+            written: tally,
+            failed: None,
+        };
+        let thread = writer::spawn(writer, syncer).map_err(|e| StoreError::Corrupt {
+            what: "audit writer thread".into(),
+            detail: e.to_string(),
+        })?;
         Ok(Trail {
             requests,
             store,
@@ -385,6 +393,8 @@ where
 
     fn complete(self: Box<Self>, fate: Fate) {
         let result = match (self.prepared, fate) {
+            // Its validation was decided against a batch that was not written.
+            (_, Fate::Abandoned) => Err(CommitError::StoreUnavailable),
             (Some(Err(e)), _) => Err(e),
             (_, Fate::Backlog) => Err(CommitError::AuditBacklog),
             (Some(Ok(value)), Fate::Committed { seq, at }) => Ok(Committed { seq, at, value }),

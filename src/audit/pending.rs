@@ -245,7 +245,7 @@ pub(crate) fn begin(w: &mut Writer, g: &mut Group, at: u64, req: Begin) -> Answe
         store: &w.store,
         batch: &mut g.batch,
         usage: &mut g.usage,
-        below: prune::below(cursor, w.last_seq),
+        below: prune::below(cursor, w.written.last_seq),
     };
     // About the size of the row it becomes (the entity is in both).
     match pruning.make_room((keys::ROW_KEY_LEN + value.len()) as u64, &w.limits) {
@@ -345,7 +345,7 @@ pub(crate) fn settle(w: &mut Writer, g: &mut Group, at: u64, req: SettleReq) -> 
 /// included).
 fn load(w: &Writer, g: &Group, id: u64) -> Result<Option<PendingRow>, StoreError> {
     let key = keys::pending_key(id);
-    match Tx::new(&w.store, &g.overlay).get(Cf::Audit, &key)? {
+    match Tx::new(&w.store, &g.overlay, &w.unsynced).get(Cf::Audit, &key)? {
         None => Ok(None),
         Some(value) => decode_pending(&key, &value).map(Some),
     }
@@ -396,7 +396,7 @@ fn into_trail(
         store: &w.store,
         batch: &mut g.batch,
         usage: &mut g.usage,
-        below: prune::below(prune::cursor(&g.positions), w.last_seq),
+        below: prune::below(prune::cursor(&g.positions), w.written.last_seq),
     };
     match pruning.make_room(bytes, &w.limits) {
         Ok((pruned, _)) => g.pruned.ceiling += pruned,

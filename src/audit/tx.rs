@@ -1,10 +1,11 @@
 //! `Tx`: what a change sees and writes of the local subjects while the writer validates it.
 //!
-//! Within one group commit, a change must see the writes of the changes validated before it
-//! (two updates of one subject in one batch must not both pass a revision check), so reads
-//! look at this change's own ops, then the group's overlay, then the store.
+//! A change must see the writes of the changes validated before it (two updates of one
+//! subject must not both pass a revision check), also those in its own group and in the
+//! groups the syncer has not yet written. So reads look at this change's own ops, then the
+//! group's overlay, then those of the unwritten groups (newest first), then the store.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -21,14 +22,22 @@ pub(crate) type Overlay = HashMap<(Cf, Vec<u8>), Option<Vec<u8>>>;
 pub struct Tx<'a> {
     store: &'a Store,
     overlay: &'a Overlay,
+    unsynced: &'a VecDeque<Overlay>,
     ops: Vec<Op>,
 }
 
 impl<'a> Tx<'a> {
-    pub(crate) fn new(store: &'a Store, overlay: &'a Overlay) -> Tx<'a> {
+    /// A change's view: `overlay` is its group's writes so far, `unsynced` those of the
+    /// groups handed to the syncer and not yet on disk, oldest first.
+    pub(crate) fn new(
+        store: &'a Store,
+        overlay: &'a Overlay,
+        unsynced: &'a VecDeque<Overlay>,
+    ) -> Tx<'a> {
         Tx {
             store,
             overlay,
+            unsynced,
             ops: Vec::new(),
         }
     }
@@ -42,10 +51,14 @@ impl<'a> Tx<'a> {
         if let Some((_, _, v)) = self.ops.iter().rev().find(|(c, k, _)| *c == cf && k == key) {
             return Ok(v.clone());
         }
-        if let Some(v) = self.overlay.get(&(cf, key.to_vec())) {
-            return Ok(v.clone());
+        let key = (cf, key.to_vec());
+        let layers = std::iter::once(self.overlay).chain(self.unsynced.iter().rev());
+        for overlay in layers {
+            if let Some(v) = overlay.get(&key) {
+                return Ok(v.clone());
+            }
         }
-        self.store.get(cf, key)
+        self.store.get(cf, &key.1)
     }
 
     /// [`Tx::get`], decoded from JSON.

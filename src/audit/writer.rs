@@ -3,30 +3,38 @@
 //! Seq order must equal commit order, so that a reader resuming after the last seq it saw
 //! never misses a row. One thread owns seq allocation and the write path, fed by a channel.
 //! It group-commits: it takes every request waiting (up to [`MAX_GROUP`]), validates each in
-//! order against the store plus the writes already accepted into the group, gives the
-//! accepted ones consecutive seqs, writes all their ops, rows, outbox entities and the meta
-//! counters in ONE synced `WriteBatch`, and only then answers every caller. One fsync serves
-//! many changes; each change is still all-or-nothing. It is a dedicated OS thread, not a
-//! tokio task, because every step of it blocks on RocksDB.
+//! order against the store plus the writes already accepted (into this group, or into the
+//! groups handed on and not yet on disk), gives the accepted ones consecutive seqs, and puts
+//! all their ops, rows, outbox entities and the meta counters in ONE `WriteBatch`. The
+//! syncer thread (`sync.rs`) writes that batch synced and only then answers every caller,
+//! while this thread prepares the next group: one fsync serves many changes, preparing and
+//! writing run side by side, and each change is still all-or-nothing. Both are dedicated OS
+//! threads, not tokio tasks, because every step of them blocks on RocksDB.
+//!
+//! Requests that read the trail itself (dual writes, refreshes, the retention sweep) and
+//! groups that delete rows from its head are prepared only once everything before them is on
+//! disk, so what they read is the store as it is.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{mpsc as std_mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use rand::RngCore;
 use rocksdb::WriteBatch;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 
 use super::context::Context;
 use super::hash::{SubjectHasher, KEY_LEN};
 use super::incarnation::History;
-use super::limits::{Limits, Pruned, SharedStats};
-use super::pending::{self, Answer};
+use super::limits::{Limits, Pruned};
+use super::pending;
 use super::prune::{self, Head, Pruning, SweepBatch};
 use super::refresh;
 use super::row::{Change, Row};
 use super::stage::Staged;
+use super::sync::{Outcome, Prepared, Syncer, Taken, Tally};
 use super::tx::{Op, Overlay, Tx};
 use super::usage::Usage;
 use super::Clock;
@@ -37,8 +45,19 @@ use crate::telemetry;
 /// first caller in it.
 pub const MAX_GROUP: usize = 1024;
 
-/// How long the writer polls for the next request before it parks (see `next_request`).
-const SPIN_BEFORE_PARK: std::time::Duration = std::time::Duration::from_micros(50);
+/// How long the writer polls for the next request, once nothing is being written, before it
+/// parks (see `next_request`).
+const SPIN_BEFORE_PARK: Duration = Duration::from_micros(50);
+
+/// The largest group the writer writes itself rather than hand to the syncer.
+const INLINE_MAX: usize = 2;
+
+/// While a group is being written, how often the writer looks for new requests to prepare.
+const POLL_WHILE_WRITING: Duration = Duration::from_micros(50);
+
+/// How long an open group waits for the syncer before the writer hands it over anyway
+/// (blocking until the syncer takes it).
+const SPIN_WHILE_WRITING: Duration = Duration::from_millis(1);
 
 /// What became of a request the writer took.
 pub(crate) enum Fate {
@@ -51,6 +70,9 @@ pub(crate) enum Fate {
     },
     /// Not written: refused by its own validation, or the batch could not be written.
     Unwritten,
+    /// Not written, and its validation does not stand either: it was decided against a batch
+    /// before it that could not be written.
+    Abandoned,
     /// Refused before it took a seq: the trail is at a ceiling or the outbox backlog is full.
     /// Nothing of it is written.
     Backlog,
@@ -91,6 +113,22 @@ pub(crate) enum Request {
     RefreshDone(oneshot::Sender<Result<(), StoreError>>),
     /// Finish what is queued, flush, and stop; the sender is answered when done.
     Shutdown(oneshot::Sender<()>),
+}
+
+impl Request {
+    /// Whether preparing it reads the trail itself (pending rows, rows, the head), which
+    /// only the store holds: it waits for every group before it to be on disk.
+    fn reads_trail(&self) -> bool {
+        match self {
+            Request::Commit { .. } | Request::Advance(_) | Request::Shutdown(_) => false,
+            Request::Sweep(_)
+            | Request::Begin(_)
+            | Request::Finish(_)
+            | Request::Settle(_)
+            | Request::Refresh(_)
+            | Request::RefreshDone(_) => true,
+        }
+    }
 }
 
 /// A sink's new position, with what it dead-lettered on the way.
@@ -201,27 +239,88 @@ pub(crate) struct Writer {
     pub rx: mpsc::Receiver<Request>,
     pub hasher: SubjectHasher,
     pub clock: Arc<dyn Clock>,
-    /// The last seq written: the next row gets `last_seq + 1`.
-    pub last_seq: u64,
-    /// The `at` of the last row: rows never go back in time, whatever the wall clock does.
-    pub last_at: u64,
-    pub usage: Usage,
+    /// The counters as the last group handed to the syncer leaves them: the next group
+    /// starts from here.
+    pub tally: Tally,
+    /// The counters as of the last group on disk: pruning reads the store only below its
+    /// seq, and a batch that fails rolls `tally` back to it.
+    pub written: Tally,
     /// Whether lifecycle events are on: entities go to the outbox and rows are flagged.
     pub lifecycle: bool,
-    /// Tells readers (the publisher) the last committed seq: a hint, not the truth.
-    pub committed: watch::Sender<u64>,
-    /// The position of every configured lifecycle sink; `m:lifecycle_cursor` is their minimum.
-    pub positions: BTreeMap<String, u64>,
     /// The oldest rows, read ahead, for the ceilings and the retention sweep to delete.
     pub head: Head,
     /// Retention and ceilings.
     pub limits: Limits,
-    /// The seq of the newest row with a lifecycle event: the outbox backlog runs to it.
-    pub last_event: u64,
-    /// What `Trail::stats` reads; updated after every group.
-    pub stats: SharedStats,
     /// The last pending id handed out (`m:pending_seq`).
     pub pending: u64,
+    /// The writes of the groups handed to the syncer and not yet known to be on disk, oldest
+    /// first: what a change reads after its own group's.
+    pub unsynced: VecDeque<Overlay>,
+}
+
+/// The writer's end of the pipeline to the syncer.
+struct Pipe {
+    groups: std_mpsc::SyncSender<Prepared>,
+    outcomes: std_mpsc::Receiver<Outcome>,
+    /// The groups handed over whose outcome is not heard yet, oldest first.
+    inflight: VecDeque<InFlight>,
+    /// Bumped when a batch fails: groups prepared after that start again from `written`.
+    epoch: u64,
+    /// A batch failed and the writer has not yet rolled back.
+    failed: bool,
+    /// The syncer's state, shared so that the writer can write a group itself when the
+    /// syncer is free and nothing else waits.
+    syncer_state: Arc<Mutex<Syncer>>,
+    /// Where outcomes are sent (the writer's own writes report the same way).
+    heard: std_mpsc::Sender<Outcome>,
+    syncer: JoinHandle<()>,
+}
+
+/// A group being prepared.
+struct Open {
+    g: Group,
+    taken: Vec<Taken>,
+    /// The commit time of its rows.
+    at: u64,
+    started: Instant,
+    /// The pipe's epoch when it was opened: a batch failing meanwhile abandons it.
+    epoch: u64,
+    /// Whether it moves a sink's position (and so `m:lifecycle_cursor`).
+    advanced: bool,
+}
+
+/// A group handed to the syncer.
+struct InFlight {
+    /// The counters once it is written.
+    tally: Tally,
+    /// Whether it deletes rows from the head of the trail.
+    prunes: bool,
+}
+
+/// Start the writer and syncer threads.
+pub(crate) fn spawn(writer: Writer, syncer: Syncer) -> std::io::Result<JoinHandle<()>> {
+    // A rendezvous: the writer hands a group over when the syncer has finished the last, so
+    // at most one group is written while the next is prepared.
+    let (groups, to_sync) = std_mpsc::sync_channel(0);
+    let (heard, outcomes) = std_mpsc::channel();
+    let syncer_state = Arc::new(Mutex::new(syncer));
+    let (state, to_writer) = (syncer_state.clone(), heard.clone());
+    let syncer = std::thread::Builder::new()
+        .name("audit-sync".into())
+        .spawn(move || super::sync::run(&state, to_sync, to_writer))?;
+    let pipe = Pipe {
+        groups,
+        outcomes,
+        inflight: VecDeque::new(),
+        epoch: 0,
+        failed: false,
+        syncer_state,
+        heard,
+        syncer,
+    };
+    std::thread::Builder::new()
+        .name("audit-writer".into())
+        .spawn(move || writer.run(pipe))
 }
 
 /// The group being built: its batch and what it would make of the writer's state.
@@ -246,58 +345,99 @@ pub(super) enum Admitted {
     Backlog,
 }
 
-/// A request taken into the group being built.
-enum Taken {
-    /// A change: its row when accepted, `None` when refused.
-    Change {
-        job: Box<dyn Job>,
-        row: Option<Box<Row>>,
-    },
-    /// A change refused by the ceilings or the backlog.
-    Backlog { job: Box<dyn Job> },
-    /// A retention sweep batch.
-    Sweep {
-        outcome: Result<SweepBatch, StoreError>,
-        reply: oneshot::Sender<Result<SweepBatch, StoreError>>,
-    },
-    /// A sink position move.
-    Advance {
-        sink: String,
-        to: u64,
-        reply: oneshot::Sender<Result<(), StoreError>>,
-    },
-    /// A dual write's begin, finish or settlement, or a state refresh.
-    Pending(Answer),
-    /// A meta key written for a caller (the refresh marker's deletion).
-    Meta {
-        reply: oneshot::Sender<Result<(), StoreError>>,
-    },
-}
-
 impl Writer {
     /// Serve requests until a shutdown request or until every sender is gone.
-    pub(crate) fn run(mut self) {
-        let mut group: Vec<Request> = Vec::with_capacity(MAX_GROUP);
+    fn run(mut self, mut pipe: Pipe) {
         let mut stop: Option<oneshot::Sender<()>> = None;
-        while stop.is_none() {
-            let Some(first) = self.next_request() else {
-                break;
-            };
-            let mut next = Some(first);
-            while let Some(req) = next.take() {
-                match req {
-                    Request::Shutdown(done) => {
-                        // Refuse new requests, but finish every one already queued.
-                        self.rx.close();
-                        stop = Some(done);
+        let mut open: Option<Open> = None;
+        let mut waiting_since: Option<Instant> = None;
+        loop {
+            self.hear(&mut pipe, false);
+            if open.as_ref().is_some_and(|o| o.epoch != pipe.epoch) {
+                // Built on a batch that failed: none of it stands.
+                self.abandon(open.take().expect("checked above"));
+            }
+            if let Some(o) = open.as_ref() {
+                // Hand the group over as soon as the syncer is free (so preparing and
+                // writing overlap), when it is full, or when the writer has waited long
+                // enough for the syncer; until then, take more requests into it.
+                let free = pipe.inflight.is_empty();
+                let waited = waiting_since.is_some_and(|t| t.elapsed() >= SPIN_WHILE_WRITING);
+                if free || waited || o.taken.len() >= MAX_GROUP {
+                    waiting_since = None;
+                    let o = open.take().expect("checked above");
+                    if !self.submit(&mut pipe, o) {
+                        break;
                     }
-                    req => group.push(req),
-                }
-                if group.len() < MAX_GROUP {
-                    next = self.rx.try_recv().ok();
+                    continue;
                 }
             }
-            self.commit_group(std::mem::take(&mut group));
+            // After a shutdown request the channel is closed: what was queued before it
+            // is still taken, and then the channel reports that it is disconnected.
+            let request = if open.is_none() {
+                match self.next_request(&mut pipe) {
+                    Some(req) => req,
+                    None => break,
+                }
+            } else {
+                match self.rx.try_recv() {
+                    Ok(req) => req,
+                    Err(mpsc::error::TryRecvError::Empty) => {
+                        // Nothing to prepare: sleep until the syncer is free, looking for
+                        // new requests now and then (spinning would take the CPU the
+                        // callers need to send them).
+                        waiting_since.get_or_insert_with(Instant::now);
+                        self.wait_for_syncer(&mut pipe);
+                        continue;
+                    }
+                    Err(mpsc::error::TryRecvError::Disconnected) => {
+                        // Shut down, or every sender is gone: write what is open, then stop.
+                        let o = open.take().expect("checked above");
+                        self.submit(&mut pipe, o);
+                        break;
+                    }
+                }
+            };
+            match request {
+                Request::Shutdown(done) => {
+                    // Refuse new requests, but finish every one already queued.
+                    self.rx.close();
+                    stop = Some(done);
+                }
+                req if req.reads_trail() => {
+                    // It reads the store as it is: everything before it goes first and is
+                    // written, and it makes a group of its own.
+                    if let Some(o) = open.take() {
+                        if !self.submit(&mut pipe, o) {
+                            break;
+                        }
+                    }
+                    self.hear(&mut pipe, true);
+                    let mut o = self.open(&pipe);
+                    self.add(&mut o, req);
+                    if !self.submit(&mut pipe, o) {
+                        break;
+                    }
+                }
+                req => {
+                    if open.is_none() {
+                        if pipe.inflight.back().is_some_and(|g| g.prunes) {
+                            // The head's read-ahead follows one group's deletions at a time.
+                            self.hear(&mut pipe, true);
+                        }
+                        open = Some(self.open(&pipe));
+                    }
+                    self.add(open.as_mut().expect("opened above"), req);
+                }
+            }
+        }
+        if let Some(o) = open.take() {
+            self.abandon(o);
+        }
+        let Pipe { groups, syncer, .. } = pipe;
+        drop(groups);
+        if syncer.join().is_err() {
+            tracing::error!("the audit syncer thread panicked");
         }
         if let Err(e) = self.store.flush() {
             tracing::warn!(error = %e, "flushing the store at shutdown failed; the WAL has every commit");
@@ -307,100 +447,200 @@ impl Writer {
         }
     }
 
-    /// The next request. Right after a group, a caller that was just answered usually sends
-    /// its next change within microseconds: poll briefly before parking the thread, so a lone
-    /// committer does not pay a futex sleep and wake-up on every commit.
-    fn next_request(&mut self) -> Option<Request> {
-        let spin_until = Instant::now() + SPIN_BEFORE_PARK;
-        while Instant::now() < spin_until {
+    /// The next request, for a new group. Right after a group is answered, its caller
+    /// usually sends its next change within microseconds: poll briefly before parking the
+    /// thread, so a lone committer does not pay a futex sleep and wake-up on every commit.
+    /// While a group is being written, sleep on its outcome instead, looking for requests
+    /// now and then.
+    fn next_request(&mut self, pipe: &mut Pipe) -> Option<Request> {
+        let mut idle_since = Instant::now();
+        loop {
             match self.rx.try_recv() {
                 Ok(req) => return Some(req),
                 Err(mpsc::error::TryRecvError::Disconnected) => return None,
-                Err(mpsc::error::TryRecvError::Empty) => std::thread::yield_now(),
+                Err(mpsc::error::TryRecvError::Empty) => {}
+            }
+            if !pipe.inflight.is_empty() {
+                self.wait_for_syncer(pipe);
+                idle_since = Instant::now();
+            } else if idle_since.elapsed() < SPIN_BEFORE_PARK {
+                std::thread::yield_now();
+            } else {
+                return self.rx.blocking_recv();
             }
         }
-        self.rx.blocking_recv()
     }
 
-    fn commit_group(&mut self, group: Vec<Request>) {
-        if group.is_empty() {
-            return;
+    /// Sleep until the syncer reports a group (or briefly, to look for new requests).
+    fn wait_for_syncer(&mut self, pipe: &mut Pipe) {
+        if let Ok(outcome) = pipe.outcomes.recv_timeout(POLL_WHILE_WRITING) {
+            self.heard(pipe, outcome);
         }
-        let started = Instant::now();
-        let at = self.clock.now_ms().max(self.last_at);
-        let mut g = Group {
-            batch: WriteBatch::default(),
-            overlay: Overlay::new(),
-            usage: self.usage,
-            seq: self.last_seq,
-            positions: self.positions.clone(),
-            last_event: self.last_event,
-            pruned: Pruned::default(),
-            refused: 0,
+        self.hear(pipe, false);
+    }
+
+    /// Close `o` and have it written: by the syncer thread, or on this thread when it is
+    /// one or two requests, the syncer is free and no other request waits (a lone committer:
+    /// nothing to prepare meanwhile, so a thread hop would only add latency; a larger group
+    /// written here would hold up the preparing of the requests that arrive meanwhile).
+    /// `false`: the syncer is gone.
+    fn submit(&mut self, pipe: &mut Pipe, o: Open) -> bool {
+        let here = o.taken.len() <= INLINE_MAX
+            && pipe.inflight.is_empty()
+            && self.rx.is_empty()
+            && inline_allowed();
+        let prepared = self.close(o);
+        pipe.inflight.push_back(InFlight {
+            tally: prepared.tally.clone(),
+            prunes: self.head.staged() > 0,
+        });
+        if here {
+            pipe.syncer_state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .sync(prepared, &pipe.heard);
+            return true;
+        }
+        if let Err(std_mpsc::SendError(prepared)) = pipe.groups.send(prepared) {
+            tracing::error!("the audit syncer thread stopped; the writer stops too");
+            super::sync::complete(prepared.taken, Err(super::sync::abandoned()), true);
+            return false;
+        }
+        true
+    }
+
+    /// Answer a group that will not be written because a batch before it failed.
+    fn abandon(&mut self, o: Open) {
+        self.head.unwritten();
+        super::sync::complete(o.taken, Err(super::sync::abandoned()), true);
+    }
+
+    /// Hear the outcomes of the groups handed to the syncer: every one when `all` (and
+    /// whenever a batch failed, since the groups after it were prepared on top of it), else
+    /// those already known. A written group's counters become the written ones; once every
+    /// group after a failed batch is heard, the counters roll back to the last written.
+    fn hear(&mut self, pipe: &mut Pipe, all: bool) {
+        while !pipe.inflight.is_empty() {
+            let outcome = if all || pipe.failed {
+                pipe.outcomes.recv().ok()
+            } else {
+                pipe.outcomes.try_recv().ok()
+            };
+            let Some(outcome) = outcome else {
+                break;
+            };
+            self.heard(pipe, outcome);
+        }
+        if pipe.failed && pipe.inflight.is_empty() {
+            self.tally = self.written.clone();
+            pipe.epoch += 1;
+            pipe.failed = false;
+        }
+    }
+
+    /// Take in the outcome of the oldest group handed over.
+    fn heard(&mut self, pipe: &mut Pipe, outcome: Outcome) {
+        let Some(group) = pipe.inflight.pop_front() else {
+            return;
         };
-        let mut taken = Vec::with_capacity(group.len());
-        for request in group {
-            match request {
-                Request::Commit { ctx, mut job } => {
-                    taken.push(match self.take_change(&mut g, at, &ctx, &mut *job) {
-                        Admitted::Row(row) => Taken::Change {
-                            job,
-                            row: Some(row),
-                        },
-                        Admitted::Refused => Taken::Change { job, row: None },
-                        Admitted::Backlog => Taken::Backlog { job },
-                    });
+        self.unsynced.pop_front();
+        match outcome {
+            Outcome::Written => {
+                self.written = group.tally;
+                if group.prunes {
+                    self.head.written();
                 }
-                Request::Advance(advance) => {
-                    for (key, value) in &advance.dead_letters {
-                        g.batch.put_cf(self.store.cf(Cf::DeadLetters), key, value);
-                    }
-                    g.batch.put_cf(
-                        self.store.cf(Cf::Audit),
-                        keys::meta_key(&meta::sink_cursor(&advance.sink)),
-                        advance.to.to_be_bytes(),
-                    );
-                    g.positions.insert(advance.sink.clone(), advance.to);
-                    taken.push(Taken::Advance {
-                        sink: advance.sink,
-                        to: advance.to,
-                        reply: advance.reply,
-                    });
+            }
+            Outcome::Unwritten => {
+                pipe.failed = true;
+                if group.prunes {
+                    self.head.unwritten();
                 }
-                Request::Sweep(sweep) => {
-                    let outcome = self.sweep(&mut g, &sweep);
-                    taken.push(Taken::Sweep {
-                        outcome,
-                        reply: sweep.reply,
-                    });
-                }
-                Request::Begin(req) => {
-                    taken.push(Taken::Pending(pending::begin(self, &mut g, at, *req)))
-                }
-                Request::Finish(req) => {
-                    taken.push(Taken::Pending(pending::finish(self, &mut g, at, req)))
-                }
-                Request::Settle(req) => {
-                    taken.push(Taken::Pending(pending::settle(self, &mut g, at, req)))
-                }
-                Request::Refresh(req) => {
-                    taken.push(Taken::Pending(refresh::take(self, &mut g, at, *req)))
-                }
-                Request::RefreshDone(reply) => {
-                    let key = keys::meta_key(meta::REFRESH_PENDING);
-                    g.batch.delete_cf(self.store.cf(Cf::Audit), key);
-                    taken.push(Taken::Meta { reply });
-                }
-                Request::Shutdown(_) => unreachable!("run() never puts a shutdown in a group"),
             }
         }
-        let rows = g.seq - self.last_seq;
-        if g.batch.is_empty() {
-            // Every change in the group was refused and nothing was pruned: nothing to write.
-            self.note(&g, false);
-            complete(taken, Ok(at));
-            return;
+    }
+
+    /// Open a group on the counters as the last group handed over leaves them.
+    fn open(&self, pipe: &Pipe) -> Open {
+        Open {
+            g: Group {
+                batch: WriteBatch::default(),
+                overlay: Overlay::new(),
+                usage: self.tally.usage,
+                seq: self.tally.last_seq,
+                positions: self.tally.positions.clone(),
+                last_event: self.tally.last_event,
+                pruned: Pruned::default(),
+                refused: 0,
+            },
+            taken: Vec::new(),
+            at: self.clock.now_ms().max(self.tally.last_at),
+            started: Instant::now(),
+            epoch: pipe.epoch,
+            advanced: false,
         }
+    }
+
+    /// Validate and stage one request into the open group.
+    fn add(&mut self, o: &mut Open, request: Request) {
+        let (g, at) = (&mut o.g, o.at);
+        o.taken.push(match request {
+            Request::Commit { ctx, mut job } => match self.take_change(g, at, &ctx, &mut *job) {
+                Admitted::Row(row) => Taken::Change {
+                    job,
+                    row: Some(row),
+                },
+                Admitted::Refused => Taken::Change { job, row: None },
+                Admitted::Backlog => Taken::Backlog { job },
+            },
+            Request::Advance(advance) => {
+                let dead_letters = self.store.cf(Cf::DeadLetters);
+                for (key, value) in advance.dead_letters {
+                    g.batch.put_cf(dead_letters, &key, &value);
+                    g.overlay.insert((Cf::DeadLetters, key), Some(value));
+                }
+                g.batch.put_cf(
+                    self.store.cf(Cf::Audit),
+                    keys::meta_key(&meta::sink_cursor(&advance.sink)),
+                    advance.to.to_be_bytes(),
+                );
+                g.positions.insert(advance.sink.clone(), advance.to);
+                o.advanced = true;
+                Taken::Advance {
+                    sink: advance.sink,
+                    to: advance.to,
+                    reply: advance.reply,
+                }
+            }
+            Request::Sweep(sweep) => Taken::Sweep {
+                outcome: self.sweep(g, &sweep),
+                reply: sweep.reply,
+            },
+            Request::Begin(req) => Taken::Pending(pending::begin(self, g, at, *req)),
+            Request::Finish(req) => Taken::Pending(pending::finish(self, g, at, req)),
+            Request::Settle(req) => Taken::Pending(pending::settle(self, g, at, req)),
+            Request::Refresh(req) => Taken::Pending(refresh::take(self, g, at, *req)),
+            Request::RefreshDone(reply) => {
+                let key = keys::meta_key(meta::REFRESH_PENDING);
+                g.batch.delete_cf(self.store.cf(Cf::Audit), key);
+                Taken::Meta { reply }
+            }
+            Request::Shutdown(_) => unreachable!("run() never puts a shutdown in a group"),
+        });
+    }
+
+    /// Close the open group: put the meta counters it moves into its batch and advance the
+    /// counters to what it makes of them.
+    fn close(&mut self, o: Open) -> Prepared {
+        let Open {
+            mut g,
+            taken,
+            at,
+            started,
+            epoch,
+            advanced,
+        } = o;
+        let rows = g.seq - self.tally.last_seq;
         let audit = self.store.cf(Cf::Audit);
         if rows > 0 {
             g.batch
@@ -413,7 +653,6 @@ impl Writer {
             g.batch
                 .put_cf(audit, keys::meta_key(meta::AUDIT_USAGE), g.usage.encode());
         }
-        let advanced = taken.iter().any(|t| matches!(t, Taken::Advance { .. }));
         if let (true, Some(cursor)) = (advanced, prune::cursor(&g.positions)) {
             // m:lifecycle_cursor: the last seq every configured sink has confirmed.
             g.batch.put_cf(
@@ -422,29 +661,25 @@ impl Writer {
                 cursor.to_be_bytes(),
             );
         }
-        match self.write(std::mem::take(&mut g.batch)) {
-            Ok(()) => {
-                self.last_seq = g.seq;
-                self.last_at = at;
-                self.usage = g.usage;
-                self.positions = std::mem::take(&mut g.positions);
-                self.last_event = g.last_event;
-                self.head.written();
-                self.note(&g, true);
-                telemetry::group_committed(rows, started.elapsed());
-                // The watch moves before any caller hears "committed": whoever was told its
-                // seq also sees the watch at or past it.
-                if rows > 0 {
-                    self.committed.send_replace(g.seq);
-                }
-                complete(taken, Ok(at));
-            }
-            Err(e) => {
-                self.head.unwritten();
-                self.note(&g, false);
-                telemetry::write_failed(&e, rows);
-                complete(taken, Err(e));
-            }
+        let tally = Tally {
+            last_seq: g.seq,
+            last_at: at,
+            usage: g.usage,
+            positions: g.positions,
+            last_event: g.last_event,
+        };
+        self.tally = tally.clone();
+        self.unsynced.push_back(g.overlay);
+        Prepared {
+            epoch,
+            batch: g.batch,
+            taken,
+            at,
+            rows,
+            tally,
+            pruned: g.pruned,
+            refused: g.refused,
+            started,
         }
     }
 
@@ -467,7 +702,7 @@ impl Writer {
         if !exempt && prune::backlog(cursor, g.last_event) >= self.limits.outbox_max_backlog {
             return refuse(g, "backlog");
         }
-        let mut tx = Tx::new(&self.store, &g.overlay);
+        let mut tx = Tx::new(&self.store, &g.overlay, &self.unsynced);
         let prepared = catch_unwind(AssertUnwindSafe(|| job.prepare(&mut tx)));
         let ops = tx.into_ops();
         let change = match prepared {
@@ -500,7 +735,7 @@ impl Writer {
             store: &self.store,
             batch: &mut g.batch,
             usage: &mut g.usage,
-            below: prune::below(cursor, self.last_seq),
+            below: prune::below(cursor, self.written.last_seq),
         };
         match pruning.make_room(staged.bytes(), &self.limits) {
             Ok((pruned, fits)) => {
@@ -537,83 +772,20 @@ impl Writer {
             store: &self.store,
             batch: &mut g.batch,
             usage: &mut g.usage,
-            below: prune::below(cursor, self.last_seq),
+            below: prune::below(cursor, self.written.last_seq),
         };
         let mut done = pruning.sweep(sweep.older_than_ms, sweep.max_rows)?;
         g.pruned.retention += done.pruned;
         done.cursor = cursor;
         Ok(done)
     }
-
-    /// Tell the stats and the metrics what the group did (`written`: its batch is on disk).
-    fn note(&self, g: &Group, written: bool) {
-        let pruned = if written { g.pruned } else { Pruned::default() };
-        let cursor = prune::cursor(&self.positions);
-        let backlog = prune::backlog(cursor, self.last_event);
-        self.stats.update(|s| {
-            s.usage = self.usage;
-            s.cursor = cursor;
-            s.backlog = backlog;
-            s.refused += g.refused;
-            s.pruned.retention += pruned.retention;
-            s.pruned.ceiling += pruned.ceiling;
-        });
-        telemetry::trail_usage(&self.usage, backlog);
-        telemetry::rows_pruned(&pruned);
-    }
-
-    fn write(&self, batch: WriteBatch) -> Result<(), StoreError> {
-        fail::fail_point!("audit::write", |_| Err(StoreError::Injected(
-            "audit::write".into()
-        )));
-        // sync = true: the WAL is fsynced before any caller hears "committed", so an
-        // acknowledged change survives kill -9 and power loss.
-        self.store.write(batch, true)
-    }
 }
 
-/// Answer every request of a group: `written` is the batch's fate.
-fn complete(taken: Vec<Taken>, written: Result<u64, StoreError>) {
-    for t in taken {
-        match t {
-            Taken::Change { job, row } => match (&written, row) {
-                (Ok(at), Some(row)) => {
-                    telemetry::row_committed(&row);
-                    job.complete(Fate::Committed {
-                        seq: row.seq,
-                        at: *at,
-                    });
-                }
-                _ => job.complete(Fate::Unwritten),
-            },
-            Taken::Backlog { job } => job.complete(Fate::Backlog),
-            Taken::Pending(answer) => answer.complete(&written),
-            Taken::Meta { reply } => {
-                let result = match &written {
-                    Ok(_) => Ok(()),
-                    Err(e) => Err(StoreError::Unavailable(format!("batch not written: {e}"))),
-                };
-                let _ = reply.send(result);
-            }
-            Taken::Sweep { outcome, reply } => {
-                let result = match &written {
-                    Ok(_) => outcome,
-                    Err(e) => Err(StoreError::Unavailable(format!("batch not written: {e}"))),
-                };
-                let _ = reply.send(result);
-            }
-            Taken::Advance { sink, to, reply } => {
-                let result = match &written {
-                    Ok(_) => {
-                        tracing::debug!(sink = %sink, to, "lifecycle sink position persisted");
-                        Ok(())
-                    }
-                    Err(e) => Err(StoreError::Unavailable(format!("batch not written: {e}"))),
-                };
-                let _ = reply.send(result);
-            }
-        }
-    }
+/// Whether a small group may be written on the writer thread (a failpoint turns it off, so
+/// that tests can hold a group in the syncer while the next is prepared).
+fn inline_allowed() -> bool {
+    fail::fail_point!("audit::inline", |_| false);
+    true
 }
 
 /// Refuse a change with `AuditBacklog` (`reason`: which limit) before it takes a seq.

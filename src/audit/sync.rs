@@ -1,0 +1,255 @@
+//! The syncer: the second stage of the writer's pipeline, which writes each prepared group's
+//! batch (synced) and answers its callers.
+//!
+//! The writer thread validates and prepares group N+1 while this thread writes and fsyncs
+//! group N, so the two halves of a commit's cost (the changes' own code, hashing and
+//! encoding; the memtable inserts, the WAL and its fsync) run on two cores instead of one.
+//! Groups arrive in seq order over a rendezvous channel (at most one being written while
+//! the next is prepared) and are written in that order. When a batch cannot be written,
+//! every group prepared on top of it (the same epoch) is abandoned unwritten: it was
+//! validated against writes that never happened. The writer hears every outcome, in order,
+//! and rolls its counters back to the last written group before it prepares anything else.
+
+use std::collections::BTreeMap;
+use std::sync::{mpsc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use rocksdb::WriteBatch;
+use tokio::sync::{oneshot, watch};
+
+use super::limits::{Pruned, SharedStats};
+use super::pending::Answer;
+use super::prune::{self, SweepBatch};
+use super::row::Row;
+use super::usage::Usage;
+use super::writer::{Fate, Job};
+use crate::store::{Store, StoreError};
+use crate::telemetry;
+
+/// How long the syncer polls for the next group before it parks: with one committer the
+/// next group follows within tens of microseconds of the answer.
+const SPIN_BEFORE_PARK: Duration = Duration::from_micros(100);
+
+/// The trail's counters as a group leaves them.
+#[derive(Debug, Clone)]
+pub(crate) struct Tally {
+    /// The last seq: the next row gets `last_seq + 1`.
+    pub last_seq: u64,
+    /// The `at` of the last row: rows never go back in time, whatever the wall clock does.
+    pub last_at: u64,
+    /// Rows and bytes of the trail.
+    pub usage: Usage,
+    /// The position of every configured lifecycle sink; `m:lifecycle_cursor` is their minimum.
+    pub positions: BTreeMap<String, u64>,
+    /// The seq of the newest row with a lifecycle event: the outbox backlog runs to it.
+    pub last_event: u64,
+}
+
+/// A request taken into a group, waiting for the group's fate to be answered.
+pub(super) enum Taken {
+    /// A change: its row when accepted, `None` when refused.
+    Change {
+        job: Box<dyn Job>,
+        row: Option<Box<Row>>,
+    },
+    /// A change refused by the ceilings or the backlog.
+    Backlog { job: Box<dyn Job> },
+    /// A retention sweep batch.
+    Sweep {
+        outcome: Result<SweepBatch, StoreError>,
+        reply: oneshot::Sender<Result<SweepBatch, StoreError>>,
+    },
+    /// A sink position move.
+    Advance {
+        sink: String,
+        to: u64,
+        reply: oneshot::Sender<Result<(), StoreError>>,
+    },
+    /// A dual write's begin, finish or settlement, or a state refresh.
+    Pending(Answer),
+    /// A meta key written for a caller (the refresh marker's deletion).
+    Meta {
+        reply: oneshot::Sender<Result<(), StoreError>>,
+    },
+}
+
+/// A group the writer prepared: its batch, its callers, and what it makes of the counters.
+pub(super) struct Prepared {
+    /// Groups prepared on top of a batch that failed share its epoch and are abandoned.
+    pub epoch: u64,
+    pub batch: WriteBatch,
+    pub taken: Vec<Taken>,
+    /// The commit time of its rows.
+    pub at: u64,
+    /// Rows it adds.
+    pub rows: u64,
+    /// The counters once it is written.
+    pub tally: Tally,
+    pub pruned: Pruned,
+    /// Changes it refused for the ceilings or the backlog.
+    pub refused: u64,
+    /// When the writer began preparing it.
+    pub started: Instant,
+}
+
+/// What became of a prepared group, as the writer hears it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Outcome {
+    /// On disk (or nothing to write).
+    Written,
+    /// Not written: its batch failed, or it was prepared on top of one that did.
+    Unwritten,
+}
+
+/// The syncer thread's state.
+pub(super) struct Syncer {
+    pub store: Store,
+    /// Tells readers (the publisher) the last committed seq: a hint, not the truth.
+    pub committed: watch::Sender<u64>,
+    /// What `Trail::stats` reads; updated after every group.
+    pub stats: SharedStats,
+    /// The counters as of the last written group.
+    pub written: Tally,
+    /// The epoch of the last batch that failed: its later groups are abandoned.
+    pub failed: Option<u64>,
+}
+
+/// The syncer thread: write every group the writer hands over, in order, until it hangs up.
+pub(super) fn run(
+    syncer: &Mutex<Syncer>,
+    groups: mpsc::Receiver<Prepared>,
+    outcomes: mpsc::Sender<Outcome>,
+) {
+    while let Some(group) = next(&groups) {
+        fail::fail_point!("audit::sync_delay");
+        syncer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .sync(group, &outcomes);
+    }
+}
+
+impl Syncer {
+    /// Write one group (or abandon it) and answer its callers; the writer hears first.
+    pub(super) fn sync(&mut self, p: Prepared, outcomes: &mpsc::Sender<Outcome>) {
+        let written = if self.failed.is_some_and(|epoch| p.epoch <= epoch) {
+            // Validated against a batch that was not written: write none of it. Its
+            // refusals are not counted either: they were decided against that batch too.
+            let _ = outcomes.send(Outcome::Unwritten);
+            self.note(Pruned::default(), 0);
+            complete(p.taken, Err(abandoned()), true);
+            return;
+        } else if p.batch.is_empty() {
+            // Every change in the group was refused and nothing was pruned: nothing to write.
+            Ok(())
+        } else {
+            write(&self.store, p.batch)
+        };
+        match written {
+            Ok(()) => {
+                self.written = p.tally;
+                // The writer hears first: it may be waiting on this group to go on.
+                let _ = outcomes.send(Outcome::Written);
+                self.note(p.pruned, p.refused);
+                if p.rows > 0 {
+                    telemetry::group_committed(p.rows, p.started.elapsed());
+                    // The watch moves before any caller hears "committed": whoever was told
+                    // its seq also sees the watch at or past it.
+                    self.committed.send_replace(self.written.last_seq);
+                }
+                complete(p.taken, Ok(p.at), false);
+            }
+            Err(e) => {
+                self.failed = Some(p.epoch);
+                let _ = outcomes.send(Outcome::Unwritten);
+                self.note(Pruned::default(), p.refused);
+                telemetry::write_failed(&e, p.rows);
+                complete(p.taken, Err(e), false);
+            }
+        }
+    }
+
+    /// Tell the stats and the metrics the trail as of the last written group, with what the
+    /// group just answered pruned (only if written) and refused.
+    fn note(&self, pruned: Pruned, refused: u64) {
+        let cursor = prune::cursor(&self.written.positions);
+        let backlog = prune::backlog(cursor, self.written.last_event);
+        let usage = self.written.usage;
+        self.stats.update(|s| {
+            s.usage = usage;
+            s.cursor = cursor;
+            s.backlog = backlog;
+            s.refused += refused;
+            s.pruned.retention += pruned.retention;
+            s.pruned.ceiling += pruned.ceiling;
+        });
+        telemetry::trail_usage(&usage, backlog);
+        telemetry::rows_pruned(&pruned);
+    }
+}
+
+/// The next group, polling briefly before parking.
+fn next(groups: &mpsc::Receiver<Prepared>) -> Option<Prepared> {
+    let spin_until = Instant::now() + SPIN_BEFORE_PARK;
+    while Instant::now() < spin_until {
+        match groups.try_recv() {
+            Ok(group) => return Some(group),
+            Err(mpsc::TryRecvError::Disconnected) => return None,
+            Err(mpsc::TryRecvError::Empty) => std::thread::yield_now(),
+        }
+    }
+    groups.recv().ok()
+}
+
+fn write(store: &Store, batch: WriteBatch) -> Result<(), StoreError> {
+    fail::fail_point!("audit::write", |_| Err(StoreError::Injected(
+        "audit::write".into()
+    )));
+    // sync = true: the WAL is fsynced before any caller hears "committed", so an
+    // acknowledged change survives kill -9 and power loss.
+    store.write(batch, true)
+}
+
+pub(super) fn abandoned() -> StoreError {
+    StoreError::Unavailable("an earlier batch it was validated against was not written".into())
+}
+
+/// Answer every request of a group: `written` is the batch's fate; `stale`: the group was
+/// prepared on top of a batch that failed, so even its refusals may be wrong.
+pub(super) fn complete(taken: Vec<Taken>, written: Result<u64, StoreError>, stale: bool) {
+    let unwritten = |e: &StoreError| StoreError::Unavailable(format!("batch not written: {e}"));
+    for t in taken {
+        match t {
+            Taken::Change { job, row } => match (&written, row) {
+                (Ok(at), Some(row)) => {
+                    telemetry::row_committed(&row);
+                    job.complete(Fate::Committed {
+                        seq: row.seq,
+                        at: *at,
+                    });
+                }
+                _ if stale => job.complete(Fate::Abandoned),
+                _ => job.complete(Fate::Unwritten),
+            },
+            Taken::Backlog { job } if stale => job.complete(Fate::Abandoned),
+            Taken::Backlog { job } => job.complete(Fate::Backlog),
+            Taken::Pending(answer) => answer.complete(&written),
+            Taken::Meta { reply } => {
+                let _ = reply.send(written.as_ref().map(|_| ()).map_err(unwritten));
+            }
+            Taken::Sweep { outcome, reply } => {
+                let result = match &written {
+                    Ok(_) => outcome,
+                    Err(e) => Err(unwritten(e)),
+                };
+                let _ = reply.send(result);
+            }
+            Taken::Advance { sink, to, reply } => {
+                if written.is_ok() {
+                    tracing::debug!(sink = %sink, to, "lifecycle sink position persisted");
+                }
+                let _ = reply.send(written.as_ref().map(|_| ()).map_err(unwritten));
+            }
+        }
+    }
+}
