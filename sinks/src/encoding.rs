@@ -1,5 +1,5 @@
 //! How an event becomes bytes in structured mode (file lines, webhook structured and batch
-//! bodies, dead letters).
+//! bodies, dead letters), and the values binary modes (Kafka records, webhook requests) write.
 //!
 //! The SDK serializes extensions from a `HashMap`, whose order changes with every rebuilt
 //! event. A redelivery must carry the *same body* as the first attempt (receivers dedupe and
@@ -11,8 +11,34 @@
 //! parse and no re-serialization. The SDK would write such data as `data_base64` in structured
 //! mode; a JSON reader expects `data`, so structured mode puts the parsed JSON there.
 
+use std::borrow::Cow;
+
+use cloudevents::event::AttributeValue;
 use cloudevents::{AttributesReader, Data, Event};
 use serde_json::Value;
+
+/// An attribute's or extension's value as the SDK's binary-mode bindings write it: text as it
+/// is (no copy), the rest as the SDK's `Display` writes it.
+pub(crate) fn attribute_text<'a>(attribute: &AttributeValue<'a>) -> Cow<'a, str> {
+    match *attribute {
+        AttributeValue::String(s) => Cow::Borrowed(s),
+        AttributeValue::URI(uri) => Cow::Borrowed(uri.as_str()),
+        AttributeValue::URIRef(uri) => Cow::Borrowed(uri.as_str()),
+        AttributeValue::Time(time) => Cow::Owned(time.to_rfc3339()),
+        ref other => Cow::Owned(other.to_string()),
+    }
+}
+
+/// An event's data as binary mode sends it: bytes and text as they are (borrowed), a JSON
+/// value encoded.
+pub(crate) fn data_bytes(event: &Event) -> Result<Option<Cow<'_, [u8]>>, serde_json::Error> {
+    Ok(match event.data() {
+        Some(Data::Binary(bytes)) => Some(Cow::Borrowed(bytes.as_slice())),
+        Some(Data::String(text)) => Some(Cow::Borrowed(text.as_bytes())),
+        Some(Data::Json(json)) => Some(Cow::Owned(serde_json::to_vec(json)?)),
+        None => None,
+    })
+}
 
 /// The structured-mode JSON of `event` as a value, keys sorted, JSON data under `data`.
 pub fn structured_value(event: &Event) -> Result<Value, serde_json::Error> {

@@ -8,7 +8,8 @@ use chrono::{DateTime, Utc};
 use cloudevents::{Event, EventBuilder, EventBuilderV10};
 use uuid::Uuid;
 
-use crate::audit::{History, Row};
+use super::outbox::EventRow;
+use crate::audit::History;
 
 /// Why an event could not be built (a row the trail should never hold).
 #[derive(Debug, thiserror::Error)]
@@ -27,7 +28,7 @@ pub fn event_id(incarnation: Uuid, seq: u64) -> Uuid {
 
 /// The event type of a row: `io.ankusa.<kind>.<past tense of the verb>`, or
 /// `io.ankusa.<kind>.refreshed` for a row flagged by reconcile.
-pub fn event_type(row: &Row) -> String {
+pub fn event_type(row: &EventRow) -> String {
     let (kind, verb) = row
         .action
         .split_once('.')
@@ -46,7 +47,7 @@ pub fn event_type(row: &Row) -> String {
 }
 
 /// The partition key: `tenant/resource` (the Kafka record key; per-key order is kept).
-pub fn partition_key(row: &Row) -> String {
+pub fn partition_key(row: &EventRow) -> String {
     match &row.tenant {
         Some(t) => format!("{t}/{}", row.resource),
         None => row.resource.clone(),
@@ -61,7 +62,7 @@ pub fn sequence(seq: u64) -> String {
 /// The event's data: `{"action", "entity", "revision"}` as JSON bytes, with the stored
 /// entity's bytes (compact JSON, keys sorted, as the writer stored it) spliced in unparsed.
 /// The same bytes `serde_json::to_vec(&json!({...}))` gives, without building a value.
-pub fn data(row: &Row, entity: &[u8]) -> Vec<u8> {
+pub fn data(row: &EventRow, entity: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(entity.len() + row.action.len() + 48);
     out.extend_from_slice(br#"{"action":"#);
     serde_json::to_writer(&mut out, &row.action).expect("a string always serializes");
@@ -77,7 +78,7 @@ pub fn data(row: &Row, entity: &[u8]) -> Vec<u8> {
 /// already checked to be JSON), published by node `source`. The data is JSON bytes
 /// (`Data::Binary`, `datacontenttype: application/json`): binary modes send them as they are.
 pub fn build(
-    row: &Row,
+    row: &EventRow,
     entity: &[u8],
     history: &History,
     source: &str,
@@ -107,26 +108,18 @@ pub fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit::{Incarnation, RowResult, ROW_FORMAT};
+    use crate::audit::Incarnation;
     use cloudevents::AttributesReader;
     use serde_json::{json, Value};
 
-    fn row(seq: u64, action: &str) -> Row {
-        Row {
-            v: ROW_FORMAT,
+    fn row(seq: u64, action: &str) -> EventRow {
+        EventRow {
             seq,
             at: 1_700_000_000_123,
-            actor: "alice".into(),
-            remote_ip: None,
-            request_id: None,
             action: action.into(),
             tenant: Some("t1".into()),
             resource: "routes/r1".into(),
-            detail: Default::default(),
-            before_hash: None,
-            after_hash: None,
             revision: Some(3),
-            result: RowResult::Ok,
             publish: true,
             refresh: false,
         }

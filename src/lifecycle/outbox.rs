@@ -4,14 +4,60 @@
 //! published: scanning them skips every unflagged row without reading it.
 
 use serde::de::IgnoredAny;
+use serde::Deserialize;
 
-use crate::audit::{self, Row};
 use crate::store::{keys, Cf, Store, StoreError};
+
+/// What a lifecycle event is made of: the parts of its flagged row the event carries. Decoded
+/// from the stored row without the rest (who, the detail map and the hashes are skipped, not
+/// built): the publisher reads every flagged row once per sink.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct EventRow {
+    /// The row's seq (from its key).
+    #[serde(skip)]
+    pub seq: u64,
+    /// The row's commit time, unix milliseconds (from its key).
+    #[serde(skip)]
+    pub at: u64,
+    /// `<kind>.<verb>`, e.g. `route.update`.
+    pub action: String,
+    /// The tenant the subject belongs to.
+    pub tenant: Option<String>,
+    /// The subject, e.g. `routes/r1`.
+    pub resource: String,
+    /// The subject's change counter after the change, where it has one.
+    pub revision: Option<u64>,
+    /// Whether the row is flagged for publication.
+    pub publish: bool,
+    /// A state-refresh row (`io.ankusa.<kind>.refreshed`).
+    #[serde(default)]
+    pub refresh: bool,
+}
+
+impl EventRow {
+    /// Decode the row stored at `key` (which gives its seq and time).
+    pub fn decode(key: &[u8], value: &[u8]) -> Result<EventRow, StoreError> {
+        let corrupt = |detail: String| StoreError::Corrupt {
+            what: format!("audit row {}", hex::encode(key)),
+            detail,
+        };
+        let (seq, at) = keys::decode_row_key(key).ok_or_else(|| corrupt("bad key".into()))?;
+        let mut row: EventRow =
+            serde_json::from_slice(value).map_err(|e| corrupt(e.to_string()))?;
+        row.seq = seq;
+        row.at = at;
+        Ok(row)
+    }
+}
 
 /// Up to `limit` flagged rows with seq greater than `after`, in seq order, each with its
 /// redacted entity: the stored JSON bytes, checked to be JSON but not parsed into a value
 /// (the event splices them into its data as they are).
-pub fn read(store: &Store, after: u64, limit: usize) -> Result<Vec<(Row, Vec<u8>)>, StoreError> {
+pub fn read(
+    store: &Store,
+    after: u64,
+    limit: usize,
+) -> Result<Vec<(EventRow, Vec<u8>)>, StoreError> {
     if after == u64::MAX || limit == 0 {
         return Ok(Vec::new());
     }
@@ -42,14 +88,15 @@ pub fn read(store: &Store, after: u64, limit: usize) -> Result<Vec<(Row, Vec<u8>
         return Err(e);
     }
     // Each flagged row by seek, through one iterator over the rows.
-    let mut rows: Vec<Option<Result<Row, StoreError>>> = entities.iter().map(|_| None).collect();
+    let mut rows: Vec<Option<Result<EventRow, StoreError>>> =
+        entities.iter().map(|_| None).collect();
     let seeks = entities
         .iter()
         .map(|(seq, _)| keys::row_seek(*seq).to_vec());
     store.seek_each(Cf::Audit, &[keys::ROW], seeks, |i, k, v| {
         // The seek lands on the next row when this one is gone: keep only exact hits.
         if keys::decode_row_key(k).map(|(seq, _)| seq) == Some(entities[i].0) {
-            rows[i] = Some(audit::decode_row(k, v));
+            rows[i] = Some(EventRow::decode(k, v));
         }
     })?;
     let mut out = Vec::with_capacity(entities.len());
@@ -107,6 +154,20 @@ mod tests {
             .map(|(r, _)| r.seq)
             .collect();
         assert_eq!(page, vec![1, 3, 4, 5]);
+        // The parts of the full row an event carries.
+        let (first, _) = &read(&store, 0, 1).unwrap()[0];
+        let row = crate::audit::get(&store, 1).unwrap().unwrap();
+        let expected = EventRow {
+            seq: row.seq,
+            at: row.at,
+            action: row.action,
+            tenant: row.tenant,
+            resource: row.resource,
+            revision: row.revision,
+            publish: row.publish,
+            refresh: row.refresh,
+        };
+        assert_eq!((first, first.resource.as_str()), (&expected, "routes/r1"));
         let entity = |bytes: &[u8]| serde_json::from_slice::<Value>(bytes).unwrap();
         assert_eq!(entity(&read(&store, 3, 1).unwrap()[0].1), json!({"id": 4}));
         // Damage: row 4 gone, its entity left behind. Rows 3 and 5 still pair with theirs.

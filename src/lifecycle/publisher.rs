@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::status::{self, SharedStatus, SinkState, SinkStatus};
 use super::{event, metrics, outbox};
-use crate::audit::{History, Row, Trail};
+use crate::audit::{History, Trail};
 use crate::store::{keys, keys::meta, Entry, StoreError};
 
 /// A page of the outbox, its events built off the runtime while the previous page was in
@@ -475,7 +475,7 @@ async fn abandon(in_flight: &mut VecDeque<InFlight>, reading: &mut Option<Readin
 }
 
 /// The events of `rows`; a row whose event cannot be built is logged and passed over.
-fn build_page(rows: Vec<(Row, Vec<u8>)>, history: &History, source: &str) -> Page {
+fn build_page(rows: Vec<(outbox::EventRow, Vec<u8>)>, history: &History, source: &str) -> Page {
     let mut page = Page {
         last: rows.last().map(|(row, _)| row.seq),
         ..Page::default()

@@ -1,8 +1,8 @@
 //! An event as a Kafka record in the CloudEvents Kafka binding's binary mode.
 //!
 //! The record is read off the event in place: the SDK's attribute iterator gives every
-//! context attribute and extension (its `Display` is the binding's value), written as the
-//! binding's headers (`ce_<name>`, `content-type` for `datacontenttype`) into headers the sink
+//! context attribute and extension (text as it is, the rest as its `Display` writes it: the
+//! binding's value), written as the binding's headers (`ce_<name>`, `content-type` for `datacontenttype`) into headers the sink
 //! hands to the producer; the value is the event's data bytes, borrowed. The SDK's own
 //! `MessageRecord` writes the same headers but consumes the event (a full copy per record) and
 //! keeps its headers private (a second copy per record when produced); at tens of thousands of
@@ -10,10 +10,11 @@
 //! `record_matches_the_sdk_binding` test holds the two to the same bytes.
 
 use std::borrow::Cow;
-use std::fmt::Write as _;
 
-use cloudevents::{Data, Event};
+use cloudevents::Event;
 use rdkafka::message::{Header, OwnedHeaders};
+
+use crate::encoding;
 
 /// The headers a published event has: the spec version, id, type, source, subject, time,
 /// content type and three extensions.
@@ -29,21 +30,13 @@ impl<'a> Record<'a> {
     /// The record of `event` (fails only for JSON data that does not serialize).
     pub(crate) fn of(event: &'a Event) -> Result<Record<'a>, serde_json::Error> {
         let mut headers = OwnedHeaders::new_with_capacity(HEADERS);
-        let mut value = String::with_capacity(64);
         for (name, attribute) in event.iter() {
-            value.clear();
-            write!(value, "{attribute}").expect("writing to a String cannot fail");
             headers = headers.insert(Header {
                 key: &header_name(name),
-                value: Some(value.as_str()),
+                value: Some(encoding::attribute_text(&attribute).as_ref()),
             });
         }
-        let payload = match event.data() {
-            Some(Data::Binary(bytes)) => Some(Cow::Borrowed(bytes.as_slice())),
-            Some(Data::String(text)) => Some(Cow::Borrowed(text.as_bytes())),
-            Some(Data::Json(json)) => Some(Cow::Owned(serde_json::to_vec(json)?)),
-            None => None,
-        };
+        let payload = encoding::data_bytes(event)?;
         Ok(Record { headers, payload })
     }
 }

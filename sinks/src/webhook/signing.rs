@@ -16,10 +16,11 @@ use crate::SinkError;
 /// The prefix of a Standard Webhooks secret; the rest is the base64 of the key.
 const SECRET_PREFIX: &str = "whsec_";
 
-/// Signs request bodies with every configured key.
+/// Signs request bodies with every configured key. Each key's HMAC state is made once (the
+/// key schedule is two SHA-256 blocks) and copied for every signature.
 #[derive(Clone)]
 pub(crate) struct Signer {
-    keys: Vec<Vec<u8>>,
+    keys: Vec<Hmac<Sha256>>,
 }
 
 impl std::fmt::Debug for Signer {
@@ -55,10 +56,7 @@ impl Signer {
     pub(crate) fn sign(&self, id: &str, timestamp: i64, body: &[u8]) -> String {
         let mut header = String::with_capacity(self.keys.len() * 48);
         for key in &self.keys {
-            // HMAC accepts keys of any length, so `new_from_slice` cannot fail.
-            let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(key) else {
-                continue;
-            };
+            let mut mac = key.clone();
             mac.update(id.as_bytes());
             mac.update(b".");
             mac.update(timestamp.to_string().as_bytes());
@@ -74,10 +72,14 @@ impl Signer {
     }
 }
 
-/// The key of a `whsec_<base64>` secret, if it is one.
-fn parse_secret(secret: &str) -> Option<Vec<u8>> {
+/// The keyed HMAC of a `whsec_<base64>` secret, if it is one.
+fn parse_secret(secret: &str) -> Option<Hmac<Sha256>> {
     let key = BASE64.decode(secret.strip_prefix(SECRET_PREFIX)?).ok()?;
-    (!key.is_empty()).then_some(key)
+    if key.is_empty() {
+        return None;
+    }
+    // HMAC accepts keys of any length.
+    Hmac::<Sha256>::new_from_slice(&key).ok()
 }
 
 #[cfg(test)]

@@ -10,11 +10,10 @@ use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
-use cloudevents::binding::reqwest::RequestBuilderExt;
 use cloudevents::{AttributesReader, Event};
 use futures::StreamExt;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
-use reqwest::{Client, Request, StatusCode, Url};
+use reqwest::{Client, Method, Request, StatusCode, Url};
 use uuid::Uuid;
 
 use super::config::{WebhookConfig, WebhookMode};
@@ -128,14 +127,16 @@ impl WebhookSink {
 
     async fn send_one(&self, delivery: &Delivery) -> Outcome {
         let event = &delivery.event;
-        let builder = self.client.post(self.url.clone());
         let request = match self.mode {
-            WebhookMode::Binary => builder.event(event.clone()).map_err(|_| ()),
+            WebhookMode::Binary => self.binary(event),
             _ => encoding::structured(event)
-                .map(|body| builder.header(CONTENT_TYPE, STRUCTURED).body(body))
-                .map_err(|_| ()),
+                .map_err(|_| ())
+                .and_then(|body| {
+                    let builder = self.client.post(self.url.clone());
+                    let request = builder.header(CONTENT_TYPE, STRUCTURED).body(body).build();
+                    request.map_err(|_| ())
+                }),
         }
-        .and_then(|b| b.build().map_err(|_| ()))
         .and_then(|r| self.signed(r, event.id()));
         match request {
             Ok(request) => self.execute(request, 1).await,
@@ -146,6 +147,22 @@ impl WebhookSink {
                 }
             }
         }
+    }
+
+    /// The binary-mode request of `event`, as the SDK's reqwest binding makes it (`ce-`
+    /// headers, `content-type` for `datacontenttype`, the data as the body) but read off the
+    /// event in place: the binding takes the event by value, a full copy per request.
+    pub(crate) fn binary(&self, event: &Event) -> Result<Request, ()> {
+        let mut request = Request::new(Method::POST, self.url.clone());
+        let headers = request.headers_mut();
+        for (name, attribute) in event.iter() {
+            let value = HeaderValue::from_str(&encoding::attribute_text(&attribute));
+            headers.append(binary_header(name)?, value.map_err(|_| ())?);
+        }
+        if let Some(data) = encoding::data_bytes(event).map_err(|_| ())? {
+            *request.body_mut() = Some(data.into_owned().into());
+        }
+        Ok(request)
     }
 
     /// Batch mode: one request for the whole slice, whose outcome every event shares.
@@ -239,6 +256,24 @@ impl Sink for WebhookSink {
             ))),
         }
     }
+}
+
+/// The binary-mode header of attribute or extension `name`.
+fn binary_header(name: &str) -> Result<HeaderName, ()> {
+    Ok(match name {
+        "datacontenttype" => CONTENT_TYPE,
+        "specversion" => HeaderName::from_static("ce-specversion"),
+        "id" => HeaderName::from_static("ce-id"),
+        "type" => HeaderName::from_static("ce-type"),
+        "source" => HeaderName::from_static("ce-source"),
+        "subject" => HeaderName::from_static("ce-subject"),
+        "time" => HeaderName::from_static("ce-time"),
+        "dataschema" => HeaderName::from_static("ce-dataschema"),
+        "sequence" => HeaderName::from_static("ce-sequence"),
+        "incarnation" => HeaderName::from_static("ce-incarnation"),
+        "partitionkey" => HeaderName::from_static("ce-partitionkey"),
+        other => HeaderName::try_from(format!("ce-{other}")).map_err(|_| ())?,
+    })
 }
 
 /// Indices of `events` grouped by partition key, each group in slice order; groups in order

@@ -426,3 +426,42 @@ fn retry_after_parses_seconds_and_dates() {
     assert_eq!(parse_retry_after("soon", now), None);
     assert_eq!(parse_retry_after("-5", now), None);
 }
+
+#[test]
+fn binary_requests_match_the_sdk_binding() {
+    use cloudevents::binding::reqwest::RequestBuilderExt;
+
+    const URL: &str = "http://127.0.0.1:9/hook";
+    fn pairs(request: &reqwest::Request) -> Vec<(String, Vec<u8>)> {
+        let mut pairs: Vec<_> = request
+            .headers()
+            .iter()
+            .map(|(k, v)| (k.as_str().to_owned(), v.as_bytes().to_vec()))
+            .collect();
+        pairs.sort();
+        pairs
+    }
+    let sink = WebhookSink::new(WebhookConfig::new(URL, vec![RECEIVER_SECRET.into()])).unwrap();
+    // JSON data as a value (the test sample) and as bytes (what the publisher builds).
+    let json = sample(42, "acme/r1").event;
+    let mut bytes = json.clone();
+    bytes.set_data("application/json", sample_data(42, "acme/r1").into_bytes());
+    for event in [json, bytes] {
+        let ours = sink.binary(&event).unwrap();
+        let sdk = reqwest::Client::new()
+            .post(URL)
+            .event(event.clone())
+            .unwrap()
+            .build()
+            .unwrap();
+        assert_eq!(pairs(&ours), pairs(&sdk));
+        assert_eq!(pairs(&ours).len(), 10);
+        let body = |r: &reqwest::Request| r.body().and_then(|b| b.as_bytes()).map(<[u8]>::to_vec);
+        assert_eq!(body(&ours), body(&sdk));
+        assert_eq!(
+            body(&ours).unwrap(),
+            sample_data(42, "acme/r1").into_bytes()
+        );
+        assert_eq!((ours.method(), ours.url()), (sdk.method(), sdk.url()));
+    }
+}
