@@ -23,7 +23,14 @@ pub struct EventError {
 
 /// The event id of row `seq` in incarnation `incarnation`.
 pub fn event_id(incarnation: Uuid, seq: u64) -> Uuid {
-    Uuid::new_v5(&incarnation, seq.to_string().as_bytes())
+    Uuid::new_v5(&incarnation, itoa::Buffer::new().format(seq).as_bytes())
+}
+
+/// A UUID in its hyphenated lower-case text form.
+fn uuid_text(id: Uuid) -> String {
+    id.hyphenated()
+        .encode_lower(&mut Uuid::encode_buffer())
+        .to_owned()
 }
 
 /// The event type of a row: `io.ankusa.<kind>.<past tense of the verb>`, or
@@ -33,30 +40,37 @@ pub fn event_type(row: &EventRow) -> String {
         .action
         .split_once('.')
         .unwrap_or((row.action.as_str(), ""));
-    if row.refresh {
-        return format!("io.ankusa.{kind}.refreshed");
-    }
     let past = match verb {
+        _ if row.refresh => "refreshed",
         "create" => "created",
         "update" => "updated",
         "delete" => "deleted",
         "restore" => "restored",
         other => other,
     };
-    format!("io.ankusa.{kind}.{past}")
+    [PREFIX, kind, ".", past].concat()
 }
+
+/// What every event type starts with.
+const PREFIX: &str = "io.ankusa.";
 
 /// The partition key: `tenant/resource` (the Kafka record key; per-key order is kept).
 pub fn partition_key(row: &EventRow) -> String {
     match &row.tenant {
-        Some(t) => format!("{t}/{}", row.resource),
+        Some(t) => [t.as_str(), "/", &row.resource].concat(),
         None => row.resource.clone(),
     }
 }
 
-/// The `sequence` extension: the seq zero-padded to 20 digits, so it sorts as a string.
+/// The `sequence` extension: the seq zero-padded to 20 digits (every `u64` fits), so it
+/// sorts as a string.
 pub fn sequence(seq: u64) -> String {
-    format!("{seq:020}")
+    let mut digits = itoa::Buffer::new();
+    let digits = digits.format(seq);
+    let mut out = String::with_capacity(20);
+    out.extend(std::iter::repeat_n('0', 20 - digits.len()));
+    out.push_str(digits);
+    out
 }
 
 /// The event's data: `{"action", "entity", "revision"}` as JSON bytes, with the stored
@@ -92,14 +106,14 @@ pub fn build(
         .ok_or_else(|| err(format!("bad time {}", row.at)))?;
     let data = data(row, entity);
     EventBuilderV10::new()
-        .id(event_id(incarnation, row.seq).to_string())
+        .id(uuid_text(event_id(incarnation, row.seq)))
         .ty(event_type(row))
         .source(source)
         .subject(row.resource.clone())
         .time(time)
         .data("application/json", data)
         .extension("sequence", sequence(row.seq))
-        .extension("incarnation", incarnation.to_string())
+        .extension("incarnation", uuid_text(incarnation))
         .extension("partitionkey", partition_key(row))
         .build()
         .map_err(|e| err(e.to_string()))
@@ -146,6 +160,25 @@ mod tests {
         let mut r = row(1, "route.update");
         r.refresh = true;
         assert_eq!(event_type(&r), "io.ankusa.route.refreshed");
+    }
+
+    #[test]
+    fn sequences_are_twenty_digits_and_ids_their_text() {
+        for seq in [0, 7, 1_000_000, u64::MAX] {
+            assert_eq!(sequence(seq), format!("{seq:020}"));
+        }
+        assert_eq!(sequence(42), "00000000000000000042");
+        let inc = Uuid::parse_str("6f1c2f9e-9a43-4d7e-8a37-0f4f8d1b2c3d").unwrap();
+        assert_eq!(uuid_text(inc), inc.to_string());
+        assert_eq!(
+            event_id(inc, 42),
+            Uuid::new_v5(&inc, b"42"),
+            "the name is the seq in decimal"
+        );
+        let mut r = row(1, "route.update");
+        r.tenant = None;
+        assert_eq!(partition_key(&r), "routes/r1");
+        assert_eq!(partition_key(&row(1, "route.update")), "t1/routes/r1");
     }
 
     #[test]
