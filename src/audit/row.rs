@@ -1,5 +1,6 @@
 //! The trail's row, the change a caller describes, and reading rows back in seq order.
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -174,15 +175,25 @@ impl Filter {
 
 /// Decode a row from its key and value (the key's seq and at are authoritative).
 pub fn decode_row(key: &[u8], value: &[u8]) -> Result<Row, StoreError> {
+    let (mut row, seq, at) = decode_row_as::<Row>(key, value)?;
+    row.seq = seq;
+    row.at = at;
+    Ok(row)
+}
+
+/// Decode the row stored at `key` as `T` (the whole [`Row`], or the part of it a reader
+/// needs), with the seq and commit time its key gives.
+pub fn decode_row_as<T: DeserializeOwned>(
+    key: &[u8],
+    value: &[u8],
+) -> Result<(T, u64, u64), StoreError> {
     let corrupt = |detail: String| StoreError::Corrupt {
         what: format!("audit row {}", hex::encode(key)),
         detail,
     };
     let (seq, at) = keys::decode_row_key(key).ok_or_else(|| corrupt("bad key".into()))?;
-    let mut row: Row = serde_json::from_slice(value).map_err(|e| corrupt(e.to_string()))?;
-    row.seq = seq;
-    row.at = at;
-    Ok(row)
+    let row = serde_json::from_slice(value).map_err(|e| corrupt(e.to_string()))?;
+    Ok((row, seq, at))
 }
 
 /// Up to `limit` rows with seq greater than `after`, in seq order, that match `filter`.

@@ -6,6 +6,7 @@
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 
+use crate::audit;
 use crate::store::{keys, Cf, Store, StoreError};
 
 /// What a lifecycle event is made of: the parts of its flagged row the event carries. Decoded
@@ -37,13 +38,7 @@ pub struct EventRow {
 impl EventRow {
     /// Decode the row stored at `key` (which gives its seq and time).
     pub fn decode(key: &[u8], value: &[u8]) -> Result<EventRow, StoreError> {
-        let corrupt = |detail: String| StoreError::Corrupt {
-            what: format!("audit row {}", hex::encode(key)),
-            detail,
-        };
-        let (seq, at) = keys::decode_row_key(key).ok_or_else(|| corrupt("bad key".into()))?;
-        let mut row: EventRow =
-            serde_json::from_slice(value).map_err(|e| corrupt(e.to_string()))?;
+        let (mut row, seq, at) = audit::decode_row_as::<EventRow>(key, value)?;
         row.seq = seq;
         row.at = at;
         Ok(row)
