@@ -26,8 +26,9 @@ use super::writer::{Fate, Job};
 use crate::store::{Store, StoreError};
 use crate::telemetry;
 
-/// How long the syncer polls for the next group before it parks: with one committer the
-/// next group follows within tens of microseconds of the answer.
+/// How long the syncer polls for the next group before it parks: under load the writer hands
+/// the next group over as soon as this one is written (a lone committer's groups are written
+/// on the writer thread and never come here).
 const SPIN_BEFORE_PARK: Duration = Duration::from_micros(100);
 
 /// The trail's counters as a group leaves them.
