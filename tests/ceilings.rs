@@ -297,3 +297,31 @@ async fn a_group_of_concurrent_changes_is_decided_change_by_change() {
     assert_counters_true(&trail);
     trail.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_committers_at_a_ceiling_keep_exactly_the_newest_rows_and_true_counters() {
+    let dir = tempfile::tempdir().unwrap();
+    // No sinks: every change is accepted and prunes the oldest row, while groups are
+    // prepared on the writer and written by the syncer side by side.
+    let trail = open(dir.path(), &[], limits(50, u64::MAX, 1));
+    let mut tasks = vec![];
+    for t in 0..16u64 {
+        let trail = trail.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..30 {
+                create(&trail, t * 1000 + i).await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(seqs(trail.store()), (431..=480).collect::<Vec<_>>());
+    for seq in 431..=480 {
+        assert!(has_entity(trail.store(), seq), "entity of {seq}");
+    }
+    assert!(!has_entity(trail.store(), 430));
+    assert_counters_true(&trail);
+    assert_eq!(trail.usage().rows, 50);
+    trail.shutdown().await;
+}

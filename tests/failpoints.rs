@@ -223,3 +223,60 @@ async fn under_failing_batches_every_answer_matches_the_store_and_seqs_stay_dens
     trail.shutdown().await;
     scenario.teardown();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_a_ceiling_under_failing_batches_the_counters_stay_true() {
+    use ankusa::audit::{Limits, SystemClock, Trail, TrailOptions, Usage};
+    let scenario = fail::FailScenario::setup();
+    let dir = tempfile::tempdir().unwrap();
+    let options = TrailOptions {
+        limits: Limits {
+            max_rows: 50,
+            ..Limits::default()
+        },
+        ..TrailOptions::default()
+    };
+    let store = ankusa::store::Store::open(dir.path()).unwrap();
+    let trail = Trail::start(store, options, std::sync::Arc::new(SystemClock)).unwrap();
+    // Every change prunes the oldest row; a failed batch must leave its deletions undone
+    // and the head of the trail where the last written batch left it.
+    fail::cfg("audit::write", "20%return").unwrap();
+    let mut tasks = vec![];
+    for t in 0..16 {
+        let trail = trail.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut committed = 0u64;
+            for i in 0..30 {
+                match create_source(&trail, ctx("a"), &format!("c{t}-{i}"), "x").await {
+                    Ok(_) => committed += 1,
+                    Err(e) => assert_eq!(e, CommitError::StoreUnavailable),
+                }
+            }
+            committed
+        }));
+    }
+    let mut n = 0;
+    for t in tasks {
+        n += t.await.unwrap();
+    }
+    fail::remove("audit::write");
+    assert!(n > 50, "{n} committed");
+    let store = trail.store();
+    let rows: Vec<u64> = all_rows(store).iter().map(|r| r.seq).collect();
+    assert_eq!(rows, (n - 49..=n).collect::<Vec<_>>());
+    let truth = Usage::recount(store, n).unwrap();
+    let stored = Usage::decode(&store.meta(meta::AUDIT_USAGE).unwrap().unwrap()).unwrap();
+    assert_eq!((stored, trail.usage()), (truth, truth));
+    // The head goes on from there: the next change prunes exactly the oldest row.
+    assert_eq!(
+        create_source(&trail, ctx("a"), "after", "x")
+            .await
+            .unwrap()
+            .seq,
+        n + 1
+    );
+    let rows: Vec<u64> = all_rows(store).iter().map(|r| r.seq).collect();
+    assert_eq!(rows, (n - 48..=n + 1).collect::<Vec<_>>());
+    trail.shutdown().await;
+    scenario.teardown();
+}
