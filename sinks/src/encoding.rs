@@ -29,6 +29,49 @@ pub(crate) fn attribute_text<'a>(attribute: &AttributeValue<'a>) -> Cow<'a, str>
     }
 }
 
+/// A binary-mode binding, as far as its header names differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Binding {
+    /// Kafka: `ce_<name>`.
+    Kafka,
+    /// HTTP: `ce-<name>`.
+    Http,
+}
+
+/// The attributes and extensions a published event has, with their header names in each
+/// binding (`datacontenttype` is `content-type` in both).
+const HEADER_NAMES: [(&str, &str, &str); 10] = [
+    ("specversion", "ce_specversion", "ce-specversion"),
+    ("id", "ce_id", "ce-id"),
+    ("type", "ce_type", "ce-type"),
+    ("source", "ce_source", "ce-source"),
+    ("subject", "ce_subject", "ce-subject"),
+    ("time", "ce_time", "ce-time"),
+    ("dataschema", "ce_dataschema", "ce-dataschema"),
+    ("sequence", "ce_sequence", "ce-sequence"),
+    ("incarnation", "ce_incarnation", "ce-incarnation"),
+    ("partitionkey", "ce_partitionkey", "ce-partitionkey"),
+];
+
+/// The header attribute or extension `name` goes in, in binary mode: `content-type` for
+/// `datacontenttype`, else `ce_<name>` (Kafka) or `ce-<name>` (HTTP); static for the names
+/// a published event has.
+pub(crate) fn header_name(binding: Binding, name: &str) -> Cow<'static, str> {
+    if name == "datacontenttype" {
+        return Cow::Borrowed("content-type");
+    }
+    match HEADER_NAMES.iter().find(|(known, ..)| *known == name) {
+        Some((_, kafka, http)) => Cow::Borrowed(match binding {
+            Binding::Kafka => kafka,
+            Binding::Http => http,
+        }),
+        None => Cow::Owned(match binding {
+            Binding::Kafka => format!("ce_{name}"),
+            Binding::Http => format!("ce-{name}"),
+        }),
+    }
+}
+
 /// An event's data as binary mode sends it: bytes and text as they are (borrowed), a JSON
 /// value encoded.
 pub(crate) fn data_bytes(event: &Event) -> Result<Option<Cow<'_, [u8]>>, serde_json::Error> {
@@ -84,6 +127,21 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn header_names_follow_each_binding() {
+        for binding in [Binding::Kafka, Binding::Http] {
+            assert_eq!(header_name(binding, "datacontenttype"), "content-type");
+        }
+        assert_eq!(header_name(Binding::Kafka, "id"), "ce_id");
+        assert_eq!(
+            header_name(Binding::Http, "partitionkey"),
+            "ce-partitionkey"
+        );
+        // A name no published event has is made, not looked up.
+        assert_eq!(header_name(Binding::Kafka, "traceparent"), "ce_traceparent");
+        assert_eq!(header_name(Binding::Http, "traceparent"), "ce-traceparent");
+    }
 
     fn event(data: Data) -> Event {
         let builder = EventBuilderV10::new()

@@ -14,7 +14,7 @@ use std::borrow::Cow;
 use cloudevents::Event;
 use rdkafka::message::{Header, OwnedHeaders};
 
-use crate::encoding;
+use crate::encoding::{self, Binding};
 
 /// The headers a published event has: the spec version, id, type, source, subject, time,
 /// content type and three extensions.
@@ -32,31 +32,13 @@ impl<'a> Record<'a> {
         let mut headers = OwnedHeaders::new_with_capacity(HEADERS);
         for (name, attribute) in event.iter() {
             headers = headers.insert(Header {
-                key: &header_name(name),
+                key: &encoding::header_name(Binding::Kafka, name),
                 value: Some(encoding::attribute_text(&attribute).as_ref()),
             });
         }
         let payload = encoding::data_bytes(event)?;
         Ok(Record { headers, payload })
     }
-}
-
-/// The binding's header name of attribute or extension `name`.
-fn header_name(name: &str) -> Cow<'static, str> {
-    Cow::Borrowed(match name {
-        "datacontenttype" => "content-type",
-        "specversion" => "ce_specversion",
-        "id" => "ce_id",
-        "type" => "ce_type",
-        "source" => "ce_source",
-        "subject" => "ce_subject",
-        "time" => "ce_time",
-        "dataschema" => "ce_dataschema",
-        "sequence" => "ce_sequence",
-        "incarnation" => "ce_incarnation",
-        "partitionkey" => "ce_partitionkey",
-        other => return Cow::Owned(format!("ce_{other}")),
-    })
 }
 
 #[cfg(test)]

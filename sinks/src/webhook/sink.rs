@@ -6,6 +6,7 @@
 //! 3xx included since redirects are never followed (a redirect could move signed events to a
 //! host nobody configured), is a permanent refusal of that event.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
@@ -18,6 +19,7 @@ use uuid::Uuid;
 
 use super::config::{WebhookConfig, WebhookMode};
 use super::signing::Signer;
+use crate::encoding::Binding;
 use crate::retry::RetryPolicy;
 use crate::{encoding, partition_key, telemetry, Delivery, Outcome, Sink, SinkError};
 
@@ -260,20 +262,10 @@ impl Sink for WebhookSink {
 
 /// The binary-mode header of attribute or extension `name`.
 fn binary_header(name: &str) -> Result<HeaderName, ()> {
-    Ok(match name {
-        "datacontenttype" => CONTENT_TYPE,
-        "specversion" => HeaderName::from_static("ce-specversion"),
-        "id" => HeaderName::from_static("ce-id"),
-        "type" => HeaderName::from_static("ce-type"),
-        "source" => HeaderName::from_static("ce-source"),
-        "subject" => HeaderName::from_static("ce-subject"),
-        "time" => HeaderName::from_static("ce-time"),
-        "dataschema" => HeaderName::from_static("ce-dataschema"),
-        "sequence" => HeaderName::from_static("ce-sequence"),
-        "incarnation" => HeaderName::from_static("ce-incarnation"),
-        "partitionkey" => HeaderName::from_static("ce-partitionkey"),
-        other => HeaderName::try_from(format!("ce-{other}")).map_err(|_| ())?,
-    })
+    match encoding::header_name(Binding::Http, name) {
+        Cow::Borrowed(known) => Ok(HeaderName::from_static(known)),
+        Cow::Owned(other) => HeaderName::try_from(other).map_err(|_| ()),
+    }
 }
 
 /// Indices of `events` grouped by partition key, each group in slice order; groups in order
