@@ -4,10 +4,13 @@
 
 mod common;
 
-use ankusa::audit::CommitError;
+use std::future::Future;
+
+use ankusa::audit::{CommitError, Trail};
 use ankusa::store::{keys::meta, Cf};
 use common::*;
 use serde_json::json;
+use tokio::task::JoinHandle;
 
 #[tokio::test]
 async fn a_store_that_cannot_be_written_refuses_the_change_and_applies_nothing() {
@@ -17,8 +20,7 @@ async fn a_store_that_cannot_be_written_refuses_the_change_and_applies_nothing()
     fail::cfg("audit::write", "return").unwrap();
     let mut tasks = vec![];
     for i in 0..10 {
-        let trail = trail.clone();
-        tasks.push(tokio::spawn(async move {
+        tasks.push(spawn_change(&trail, move |trail| async move {
             create_source(&trail, ctx("f"), &format!("s{i}"), "x").await
         }));
     }
@@ -41,6 +43,15 @@ async fn a_store_that_cannot_be_written_refuses_the_change_and_applies_nothing()
     scenario.teardown();
 }
 
+/// Runs `change` on a clone of `trail`, in a task of its own.
+fn spawn_change<T, F>(trail: &Trail, change: impl FnOnce(Trail) -> F) -> JoinHandle<T>
+where
+    F: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::spawn(change(trail.clone()))
+}
+
 /// Holds the next group handed to the syncer for a while, and has every group handed over
 /// (none written on the writer thread), so that the next group is prepared while it waits.
 fn hold_the_syncer() {
@@ -54,19 +65,16 @@ async fn a_change_prepared_while_the_group_before_it_is_written_sees_that_group(
     let dir = tempfile::tempdir().unwrap();
     let trail = open_trail(dir.path(), true);
     hold_the_syncer();
-    let first = tokio::spawn({
-        let trail = trail.clone();
-        async move { create_source(&trail, ctx("a"), "s1", "x").await }
+    let first = spawn_change(&trail, |trail| async move {
+        create_source(&trail, ctx("a"), "s1", "x").await
     });
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     // s1 is in no store yet: only the group being written has it.
-    let update = tokio::spawn({
-        let trail = trail.clone();
-        async move { update_secret(&trail, ctx("b"), "s1", "y").await }
+    let update = spawn_change(&trail, |trail| async move {
+        update_secret(&trail, ctx("b"), "s1", "y").await
     });
-    let again = tokio::spawn({
-        let trail = trail.clone();
-        async move { create_source(&trail, ctx("c"), "s1", "z").await }
+    let again = spawn_change(&trail, |trail| async move {
+        create_source(&trail, ctx("c"), "s1", "z").await
     });
     assert_eq!(first.await.unwrap().unwrap().seq, 1);
     let update = update.await.unwrap().unwrap();
@@ -78,9 +86,7 @@ async fn a_change_prepared_while_the_group_before_it_is_written_sees_that_group(
     let rows = all_rows(trail.store());
     let actions: Vec<_> = rows.iter().map(|r| (r.seq, r.action.as_str())).collect();
     assert_eq!(actions, [(1, "source.create"), (2, "source.update")]);
-    let stored: serde_json::Value =
-        serde_json::from_slice(&trail.store().get(Cf::Sources, b"t1/s1").unwrap().unwrap())
-            .unwrap();
+    let stored = stored_source(trail.store(), "s1");
     assert_eq!(
         (&stored["secret"], &stored["revision"]),
         (&json!("y"), &json!(2))
@@ -103,16 +109,14 @@ async fn a_batch_that_fails_takes_down_the_group_prepared_on_it_and_nothing_else
     );
     hold_the_syncer();
     fail::cfg("audit::write", "1*return").unwrap();
-    let first = tokio::spawn({
-        let trail = trail.clone();
-        async move { create_source(&trail, ctx("a"), "s1", "x").await }
+    let first = spawn_change(&trail, |trail| async move {
+        create_source(&trail, ctx("a"), "s1", "x").await
     });
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     // Valid only on top of the first, whose batch will fail: it must not stand either (and
     // must not be told "missing": it was validated against the failed batch).
-    let update = tokio::spawn({
-        let trail = trail.clone();
-        async move { update_secret(&trail, ctx("b"), "s1", "y").await }
+    let update = spawn_change(&trail, |trail| async move {
+        update_secret(&trail, ctx("b"), "s1", "y").await
     });
     assert_eq!(
         first.await.unwrap().unwrap_err(),
@@ -150,8 +154,7 @@ async fn under_failing_batches_every_answer_matches_the_store_and_seqs_stay_dens
     fail::cfg("audit::write", "20%return").unwrap();
     let mut tasks = vec![];
     for t in 0..16 {
-        let trail = trail.clone();
-        tasks.push(tokio::spawn(async move {
+        tasks.push(spawn_change(&trail, move |trail| async move {
             // (seq of every change that was answered "committed", revisions it made)
             let mut committed = vec![];
             let mut created = vec![];
@@ -205,12 +208,7 @@ async fn under_failing_batches_every_answer_matches_the_store_and_seqs_stay_dens
     expected.sort();
     assert_eq!(stored, expected);
     for (id, revision) in &created {
-        let value = trail
-            .store()
-            .get(Cf::Sources, format!("t1/{id}").as_bytes())
-            .unwrap()
-            .unwrap();
-        let value: serde_json::Value = serde_json::from_slice(&value).unwrap();
+        let value = stored_source(trail.store(), id);
         assert_eq!(value["revision"], json!(revision), "{id}");
     }
     assert_eq!(
@@ -226,7 +224,7 @@ async fn under_failing_batches_every_answer_matches_the_store_and_seqs_stay_dens
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_a_ceiling_under_failing_batches_the_counters_stay_true() {
-    use ankusa::audit::{Limits, SystemClock, Trail, TrailOptions, Usage};
+    use ankusa::audit::{Limits, TrailOptions, Usage};
     let scenario = fail::FailScenario::setup();
     let dir = tempfile::tempdir().unwrap();
     let options = TrailOptions {
@@ -236,15 +234,13 @@ async fn at_a_ceiling_under_failing_batches_the_counters_stay_true() {
         },
         ..TrailOptions::default()
     };
-    let store = ankusa::store::Store::open(dir.path()).unwrap();
-    let trail = Trail::start(store, options, std::sync::Arc::new(SystemClock)).unwrap();
+    let trail = open_trail_with(dir.path(), options);
     // Every change prunes the oldest row; a failed batch must leave its deletions undone
     // and the head of the trail where the last written batch left it.
     fail::cfg("audit::write", "20%return").unwrap();
     let mut tasks = vec![];
     for t in 0..16 {
-        let trail = trail.clone();
-        tasks.push(tokio::spawn(async move {
+        tasks.push(spawn_change(&trail, move |trail| async move {
             let mut committed = 0u64;
             for i in 0..30 {
                 match create_source(&trail, ctx("a"), &format!("c{t}-{i}"), "x").await {

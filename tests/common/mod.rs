@@ -12,31 +12,31 @@ use serde_json::{json, Value};
 
 /// A trail on a fresh store in `dir`.
 pub fn open_trail(dir: &Path, lifecycle: bool) -> Trail {
-    let store = Store::open(dir).expect("open store");
-    Trail::start(
-        store,
+    open_trail_with(
+        dir,
         TrailOptions {
             lifecycle,
             ..TrailOptions::default()
         },
-        Arc::new(SystemClock),
     )
-    .expect("start trail")
 }
 
 /// A trail on a fresh store in `dir`, with lifecycle sinks `sinks` configured.
 pub fn open_trail_with_sinks(dir: &Path, sinks: &[&str]) -> Trail {
-    let store = Store::open(dir).expect("open store");
-    Trail::start(
-        store,
+    open_trail_with(
+        dir,
         TrailOptions {
             lifecycle: true,
             sinks: sinks.iter().map(|s| s.to_string()).collect(),
             ..TrailOptions::default()
         },
-        Arc::new(SystemClock),
     )
-    .expect("start trail")
+}
+
+/// A trail on a fresh store in `dir` with `options`, on the system clock.
+pub fn open_trail_with(dir: &Path, options: TrailOptions) -> Trail {
+    let store = Store::open(dir).expect("open store");
+    Trail::start(store, options, Arc::new(SystemClock)).expect("start trail")
 }
 
 /// An operator context.
@@ -111,6 +111,15 @@ pub async fn update_secret(
             Ok((change, after))
         })
         .await
+}
+
+/// Source `id` of tenant `t1` as stored.
+pub fn stored_source(store: &Store, id: &str) -> Value {
+    let bytes = store
+        .get(Cf::Sources, format!("t1/{id}").as_bytes())
+        .expect("read source")
+        .unwrap_or_else(|| panic!("source {id} is not stored"));
+    serde_json::from_slice(&bytes).expect("source JSON")
 }
 
 /// Every row of the trail, in seq order.
