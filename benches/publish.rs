@@ -168,6 +168,12 @@ async fn drain(trail: &Trail, sink: Arc<dyn Sink>, name: &str) -> f64 {
         idle: Duration::from_millis(50),
         in_flight: in_flight(),
     };
+    // Start from a store at rest: the compaction a fill leaves behind is not the publisher's.
+    let store = trail.store().clone();
+    tokio::task::spawn_blocking(move || store.settle())
+        .await
+        .unwrap()
+        .unwrap();
     let started = Instant::now();
     let publisher = Publisher::start(trail.clone(), vec![spec], options, stop.clone())
         .await
