@@ -9,6 +9,7 @@ test:  ## Every test (installs what it needs)
 
 bench: ## Throughput and latency figures, as ratios against raw baselines
 	scripts/deps
+	scripts/tansu
 	cargo bench --bench commit
 	cargo bench --bench publish
 	cargo bench --bench retention

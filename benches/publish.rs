@@ -4,6 +4,8 @@
 //!   Kafka sink to rdkafka's in-process MockCluster, beside a bare rdkafka producer (same
 //!   settings: idempotent, acks=all, linger.ms=1) sending the same records, pre-encoded, and awaiting every
 //!   delivery report.
+//! - Kafka on a real broker: the same against tansu (a Kafka-compatible broker, started here on a
+//!   loopback port with in-memory storage; `scripts/tansu` installs it).
 //! - Webhook: drain 20,000 events to an axum receiver on loopback, beside a bare reqwest loop
 //!   sending the same requests (same headers and bodies, pre-built) with the same concurrency.
 //! - Latency: commit-to-confirmed (the sink's persisted position covers the row) p50/p99 at a
@@ -13,7 +15,10 @@
 //!
 //! Run with `cargo bench --bench publish` (release). `ANKUSA_BENCH_EVENTS` scales the backlog;
 //! `ANKUSA_BENCH_BATCH` sets the publisher's batch (default 1000); `ANKUSA_BENCH_IN_FLIGHT` its attempts in flight (default 4); `ANKUSA_BENCH_ONLY` picks
-//! parts (`kafka,webhook,latency,rss`; all by default).
+//! parts (`kafka,broker,webhook,latency,rss`; all by default).
+
+#[path = "../tests/common/broker.rs"]
+mod broker;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -63,7 +68,12 @@ fn main() {
     let brokers = cluster.bootstrap_servers();
     runtime.block_on(async {
         if part("kafka") {
-            report("kafka", "bare producer", &kafka(&brokers, events).await);
+            report("kafka (mock)", "bare producer", &kafka(&brokers, events).await);
+        }
+        if part("broker") {
+            let broker = broker::Broker::start();
+            broker.create_topic(TOPIC, 8).await;
+            report("kafka (tansu)", "bare producer", &kafka(&broker.address, events).await);
         }
         if part("webhook") {
             report("webhook", "bare reqwest ", &webhook(20_000).await);
@@ -92,7 +102,7 @@ fn in_flight() -> usize {
 }
 
 /// Whether `name` is one of the parts to run: `ANKUSA_BENCH_ONLY` (comma-separated: kafka,
-/// webhook, latency, rss), all of them when unset.
+/// broker, webhook, latency, rss), all of them when unset.
 fn part(name: &str) -> bool {
     std::env::var("ANKUSA_BENCH_ONLY")
         .map_or(true, |only| only.split(',').any(|p| p.trim() == name))
@@ -207,14 +217,14 @@ const ROUNDS: usize = 3;
 fn report(what: &str, baseline: &str, rounds: &[(f64, f64)]) {
     for (i, (ours, bare)) in rounds.iter().enumerate() {
         println!(
-            "{what:<7} round {}: ours {ours:>9.0} ev/s   {baseline} {bare:>9.0} ev/s   ratio {:.2}",
+            "{what:<13} round {}: ours {ours:>9.0} ev/s   {baseline} {bare:>9.0} ev/s   ratio {:.2}",
             i + 1,
             ours / bare
         );
     }
     let mut ratios: Vec<f64> = rounds.iter().map(|(o, b)| o / b).collect();
     ratios.sort_by(|a, b| a.total_cmp(b));
-    println!("{what:<7} median ratio {:.2}", ratios[ratios.len() / 2]);
+    println!("{what:<13} median ratio {:.2}", ratios[ratios.len() / 2]);
 }
 
 /// Sink names of the rounds, a warm-up round first: each drains the whole backlog from

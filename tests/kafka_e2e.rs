@@ -4,108 +4,32 @@
 //!
 //! `scripts/test` installs tansu when it is missing; without it this test fails and says so.
 
+#[path = "common/broker.rs"]
+mod broker;
 mod common;
 #[path = "common/lifecycle.rs"]
 mod lifecycle_support;
 
 use std::collections::HashMap;
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ankusa::lifecycle::event::event_id;
+use broker::Broker;
 use ankusa::lifecycle::{PublisherOptions, SinkSpec};
 use ankusa_sinks::{KafkaConfig, KafkaSink, RetryPolicy};
 use common::*;
 use lifecycle_support::{kafka_headers, kafka_reader, wait_for, Running};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::message::Message;
-use rdkafka::ClientConfig;
 use serde_json::Value;
 
 const TOPIC: &str = "ankusa-e2e";
 const PARTITIONS: i32 = 3;
 
-/// The broker process, killed when dropped.
-struct Broker {
-    child: Child,
-    address: String,
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn tansu() -> PathBuf {
-    if let Some(p) = std::env::var_os("TANSU_BIN") {
-        return p.into();
-    }
-    let candidates = std::env::var_os("PATH")
-        .map(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join("tansu"))
-                .collect::<Vec<_>>()
-        })
-        .unwrap_or_default();
-    let home = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo/bin/tansu"));
-    candidates
-        .into_iter()
-        .chain(home)
-        .find(|p| p.is_file())
-        .expect("tansu is not installed: run scripts/test, which installs it (cargo install tansu --features dynostore)")
-}
-
-fn start_broker() -> Broker {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let url = format!("tcp://127.0.0.1:{port}");
-    let child = Command::new(tansu())
-        .arg("broker")
-        .args(["--listener-url", &url, "--advertised-listener-url", &url])
-        .args(["--storage-engine", "memory://tansu/"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start tansu");
-    let address = format!("127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(&address).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "tansu did not listen on {address}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Broker { child, address }
-}
-
-async fn create_topic(brokers: &str) {
-    let admin: AdminClient<_> = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .create()
-        .unwrap();
-    let topic = NewTopic::new(TOPIC, PARTITIONS, TopicReplication::Fixed(1));
-    let results = admin
-        .create_topics([&topic], &AdminOptions::new())
-        .await
-        .unwrap();
-    for r in results {
-        r.unwrap();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_reach_a_real_broker_with_every_header_key_and_payload() {
-    let broker = start_broker();
-    create_topic(&broker.address).await;
+    let broker = Broker::start();
+    broker.create_topic(TOPIC, PARTITIONS).await;
     let dir = tempfile::tempdir().unwrap();
     let trail = open_trail_with_sinks(dir.path(), &["kafka"]);
     // 10 subjects, 5 changes each: 50 events on 10 partition keys.
