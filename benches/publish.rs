@@ -51,6 +51,9 @@ fn main() {
     if let Some(i) = args.iter().position(|a| a == "--drain-kafka") {
         return drain_kafka_process(&args[i + 1]);
     }
+    if let Some(i) = args.iter().position(|a| a == "--read") {
+        return read_process(&args[i + 1]);
+    }
     if let Some(i) = args.iter().position(|a| a == "--drain-webhook") {
         return drain_webhook_process(&args[i + 1]);
     }
@@ -199,13 +202,15 @@ async fn drain(trail: &Trail, sink: Arc<dyn Sink>, name: &str) -> f64 {
 
 /// The events of the whole backlog, built exactly as the publisher builds them.
 fn events_of(trail: &Trail) -> Vec<ankusa_sinks::Event> {
-    let rows = outbox::read(trail.store(), 0, usize::MAX).unwrap();
-    rows.into_iter()
-        .map(|(row, entity)| {
-            ankusa::lifecycle::event::build(&row, &entity, trail.history(), "urn:ankusa:bench")
-                .unwrap()
-        })
-        .collect()
+    let mut events = vec![];
+    outbox::visit(trail.store(), 0, usize::MAX, |row, entity| {
+        events.push(
+            ankusa::lifecycle::event::build(&row, entity, trail.history(), "urn:ankusa:bench")
+                .unwrap(),
+        )
+    })
+    .unwrap();
+    events
 }
 
 /// Rounds of each throughput comparison (after a warm-up round): ours then the bare
@@ -513,6 +518,48 @@ fn drain_kafka_process(store: &str) {
         let sink = KafkaSink::new(KafkaConfig::new(&brokers, TOPIC)).unwrap();
         let rate = drain(&trail, Arc::new(sink), "kafka").await;
         println!("kafka drain {rate:.0} ev/s");
+        trail.shutdown().await;
+    });
+}
+
+/// Read a store filled by `--fill` and build its events, pages of 1000 as the publisher does,
+/// on this thread alone, five times; print the fastest pass per event: the publisher's own
+/// work per event, apart from any sink.
+fn read_process(store: &str) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let trail = trail(std::path::Path::new(store), &[]);
+        trail.store().settle().unwrap();
+        let mut best = f64::MAX;
+        for _ in 0..5 {
+            let started = Instant::now();
+            let (mut after, mut events) = (0, 0usize);
+            loop {
+                let mut page = Vec::with_capacity(1000);
+                let visited = outbox::visit(trail.store(), after, 1000, |row, entity| {
+                    page.push(
+                        ankusa::lifecycle::event::build(
+                            &row,
+                            entity,
+                            trail.history(),
+                            "urn:ankusa:bench",
+                        )
+                        .unwrap(),
+                    )
+                })
+                .unwrap();
+                events += page.len();
+                match visited.last {
+                    Some(last) if visited.entities == 1000 => after = last,
+                    _ => break,
+                }
+            }
+            best = best.min(started.elapsed().as_secs_f64() * 1e6 / events as f64);
+        }
+        println!("read and build: {best:.2} us per event");
         trail.shutdown().await;
     });
 }

@@ -15,9 +15,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ankusa::lifecycle::event::event_id;
-use broker::Broker;
 use ankusa::lifecycle::{PublisherOptions, SinkSpec};
 use ankusa_sinks::{KafkaConfig, KafkaSink, RetryPolicy};
+use broker::Broker;
 use common::*;
 use lifecycle_support::{kafka_headers, kafka_reader, wait_for, Running};
 use rdkafka::message::Message;

@@ -180,6 +180,48 @@ async fn the_position_passes_over_rows_that_publish_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entity_whose_row_is_gone_is_passed_over_and_the_rows_after_it_are_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let trail = open_trail_with_sinks(dir.path(), &["file"]);
+    for i in 1..=8 {
+        create_source(&trail, ctx("a"), &format!("s{i}"), "x")
+            .await
+            .unwrap();
+    }
+    trail.shutdown().await;
+    drop(trail);
+    // Damage, with the node stopped: row 4 gone, its outbox entity left behind.
+    {
+        let names: Vec<&str> = Cf::ALL.iter().map(|cf| cf.name()).collect();
+        let db = rocksdb::DB::open_cf(&rocksdb::Options::default(), dir.path(), names).unwrap();
+        let audit = db.cf_handle(Cf::Audit.name()).unwrap();
+        let row4 = db
+            .prefix_iterator_cf(audit, [keys::ROW])
+            .map(|entry| entry.unwrap().0)
+            .find(|k| keys::decode_row_key(k).map(|(seq, _)| seq) == Some(4))
+            .unwrap();
+        db.delete_cf(audit, row4).unwrap();
+        assert!(db.get_cf(audit, keys::outbox_key(4)).unwrap().is_some());
+    }
+    let trail = open_trail_with_sinks(dir.path(), &["file"]);
+    let events = dir.path().join("events.jsonl");
+    // Pages of three: the second holds the damaged entity and two events.
+    let options = PublisherOptions {
+        batch: 3,
+        ..options()
+    };
+    let publisher = Running::start(&trail, vec![file_sink(&events)], options).await;
+    wait_for("every event", || publisher.statuses()[0].position == 8).await;
+    let seqs: Vec<u64> = read_lines(&events)
+        .iter()
+        .map(|l| l["sequence"].as_str().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(seqs, vec![1, 2, 3, 5, 6, 7, 8]);
+    publisher.stop().await;
+    trail.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_publisher_resumes_after_its_persisted_position() {
     let dir = tempfile::tempdir().unwrap();
     let trail = open_trail_with_sinks(dir.path(), &["file"]);

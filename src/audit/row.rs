@@ -1,6 +1,5 @@
 //! The trail's row, the change a caller describes, and reading rows back in seq order.
 
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -183,9 +182,9 @@ pub fn decode_row(key: &[u8], value: &[u8]) -> Result<Row, StoreError> {
 
 /// Decode the row stored at `key` as `T` (the whole [`Row`], or the part of it a reader
 /// needs), with the seq and commit time its key gives.
-pub fn decode_row_as<T: DeserializeOwned>(
+pub fn decode_row_as<'a, T: Deserialize<'a>>(
     key: &[u8],
-    value: &[u8],
+    value: &'a [u8],
 ) -> Result<(T, u64, u64), StoreError> {
     let corrupt = |detail: String| StoreError::Corrupt {
         what: format!("audit row {}", hex::encode(key)),

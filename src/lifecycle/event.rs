@@ -35,11 +35,8 @@ fn uuid_text(id: Uuid) -> String {
 
 /// The event type of a row: `io.ankusa.<kind>.<past tense of the verb>`, or
 /// `io.ankusa.<kind>.refreshed` for a row flagged by reconcile.
-pub fn event_type(row: &EventRow) -> String {
-    let (kind, verb) = row
-        .action
-        .split_once('.')
-        .unwrap_or((row.action.as_str(), ""));
+pub fn event_type(row: &EventRow<'_>) -> String {
+    let (kind, verb) = row.action.split_once('.').unwrap_or((&row.action, ""));
     let past = match verb {
         _ if row.refresh => "refreshed",
         "create" => "created",
@@ -55,10 +52,10 @@ pub fn event_type(row: &EventRow) -> String {
 const PREFIX: &str = "io.ankusa.";
 
 /// The partition key: `tenant/resource` (the Kafka record key; per-key order is kept).
-pub fn partition_key(row: &EventRow) -> String {
+pub fn partition_key(row: &EventRow<'_>) -> String {
     match &row.tenant {
-        Some(t) => [t.as_str(), "/", &row.resource].concat(),
-        None => row.resource.clone(),
+        Some(t) => [t, "/", &row.resource].concat(),
+        None => row.resource.to_string(),
     }
 }
 
@@ -76,10 +73,10 @@ pub fn sequence(seq: u64) -> String {
 /// The event's data: `{"action", "entity", "revision"}` as JSON bytes, with the stored
 /// entity's bytes (compact JSON, keys sorted, as the writer stored it) spliced in unparsed.
 /// The same bytes `serde_json::to_vec(&json!({...}))` gives, without building a value.
-pub fn data(row: &EventRow, entity: &[u8]) -> Vec<u8> {
+pub fn data(row: &EventRow<'_>, entity: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(entity.len() + row.action.len() + 48);
     out.extend_from_slice(br#"{"action":"#);
-    serde_json::to_writer(&mut out, &row.action).expect("a string always serializes");
+    serde_json::to_writer(&mut out, row.action.as_ref()).expect("a string always serializes");
     out.extend_from_slice(br#","entity":"#);
     out.extend_from_slice(entity);
     out.extend_from_slice(br#","revision":"#);
@@ -88,11 +85,11 @@ pub fn data(row: &EventRow, entity: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Build the event of `row`, whose redacted entity is `entity` (its stored JSON bytes,
-/// already checked to be JSON), published by node `source`. The data is JSON bytes
+/// Build the event of `row`, whose redacted entity is `entity` (its stored JSON bytes),
+/// published by node `source`. The data is JSON bytes
 /// (`Data::Binary`, `datacontenttype: application/json`): binary modes send them as they are.
 pub fn build(
-    row: &EventRow,
+    row: &EventRow<'_>,
     entity: &[u8],
     history: &History,
     source: &str,
@@ -109,7 +106,7 @@ pub fn build(
         .id(uuid_text(event_id(incarnation, row.seq)))
         .ty(event_type(row))
         .source(source)
-        .subject(row.resource.clone())
+        .subject(row.resource.as_ref())
         .time(time)
         .data("application/json", data)
         .extension("sequence", sequence(row.seq))
@@ -126,11 +123,11 @@ mod tests {
     use cloudevents::AttributesReader;
     use serde_json::{json, Value};
 
-    fn row(seq: u64, action: &str) -> EventRow {
+    fn row(seq: u64, action: &str) -> EventRow<'static> {
         EventRow {
             seq,
             at: 1_700_000_000_123,
-            action: action.into(),
+            action: action.to_owned().into(),
             tenant: Some("t1".into()),
             resource: "routes/r1".into(),
             revision: Some(3),

@@ -3,17 +3,19 @@
 //! Only flagged rows have an `o`+seq entity, so the `o` keys are an index of what is to be
 //! published: scanning them skips every unflagged row without reading it.
 
-use serde::de::IgnoredAny;
-use serde::Deserialize;
+use std::borrow::Cow;
+
+use serde::{Deserialize, Deserializer};
 
 use crate::audit;
 use crate::store::{keys, Cf, Store, StoreError};
 
-/// What a lifecycle event is made of: the parts of its flagged row the event carries. Decoded
-/// from the stored row without the rest (who, the detail map and the hashes are skipped, not
-/// built): the publisher reads every flagged row once per sink.
+/// What a lifecycle event is made of: the parts of its flagged row the event carries,
+/// borrowed from the stored bytes where they hold no escapes. Decoded from the stored row
+/// without the rest (who, the detail map and the hashes are skipped, not built): the
+/// publisher reads every flagged row once per sink.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct EventRow {
+pub struct EventRow<'a> {
     /// The row's seq (from its key).
     #[serde(skip)]
     pub seq: u64,
@@ -21,11 +23,14 @@ pub struct EventRow {
     #[serde(skip)]
     pub at: u64,
     /// `<kind>.<verb>`, e.g. `route.update`.
-    pub action: String,
+    #[serde(borrow)]
+    pub action: Cow<'a, str>,
     /// The tenant the subject belongs to.
-    pub tenant: Option<String>,
+    #[serde(borrow, deserialize_with = "optional_text")]
+    pub tenant: Option<Cow<'a, str>>,
     /// The subject, e.g. `routes/r1`.
-    pub resource: String,
+    #[serde(borrow)]
+    pub resource: Cow<'a, str>,
     /// The subject's change counter after the change, where it has one.
     pub revision: Option<u64>,
     /// Whether the row is flagged for publication.
@@ -35,76 +40,81 @@ pub struct EventRow {
     pub refresh: bool,
 }
 
-impl EventRow {
+/// An optional string, borrowed where it holds no escapes (`Option<Cow>` would always own).
+fn optional_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Cow<'de, str>>, D::Error> {
+    #[derive(Deserialize)]
+    struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+    Ok(Option::<Text<'de>>::deserialize(d)?.map(|t| t.0))
+}
+
+impl<'a> EventRow<'a> {
     /// Decode the row stored at `key` (which gives its seq and time).
-    pub fn decode(key: &[u8], value: &[u8]) -> Result<EventRow, StoreError> {
-        let (mut row, seq, at) = audit::decode_row_as::<EventRow>(key, value)?;
+    pub fn decode(key: &[u8], value: &'a [u8]) -> Result<EventRow<'a>, StoreError> {
+        let (mut row, seq, at) = audit::decode_row_as::<EventRow<'a>>(key, value)?;
         row.seq = seq;
         row.at = at;
         Ok(row)
     }
 }
 
-/// Up to `limit` flagged rows with seq greater than `after`, in seq order, each with its
-/// redacted entity: the stored JSON bytes, checked to be JSON but not parsed into a value
-/// (the event splices them into its data as they are).
-pub fn read(
+/// How far a [`visit`] went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Visited {
+    /// Outbox entities read (at most the limit), whether or not their row was visited.
+    pub entities: usize,
+    /// The seq of the last of them.
+    pub last: Option<u64>,
+}
+
+/// Visit up to `limit` flagged rows with seq greater than `after`, in seq order, each with its
+/// redacted entity: the stored JSON bytes, spliced into the event's data as they are. Both
+/// are lent from the store's cursors, so a page is read without a copy of either.
+///
+/// The entity bytes are not parsed here: the writer stored them as `serde_json` wrote them,
+/// in the batch of their row, and every block read is checked against its checksum.
+pub fn visit(
     store: &Store,
     after: u64,
     limit: usize,
-) -> Result<Vec<(EventRow, Vec<u8>)>, StoreError> {
+    mut each: impl FnMut(EventRow<'_>, &[u8]),
+) -> Result<Visited, StoreError> {
+    let mut visited = Visited::default();
     if after == u64::MAX || limit == 0 {
-        return Ok(Vec::new());
+        return Ok(visited);
     }
-    let mut entities: Vec<(u64, Vec<u8>)> = Vec::new();
-    let mut failure = None;
-    store.scan_once(
-        Cf::Audit,
-        &[keys::OUTBOX],
-        &keys::outbox_key(after + 1),
-        |k, v| {
-            match (
-                keys::decode_seq_key(keys::OUTBOX, k),
-                serde_json::from_slice::<IgnoredAny>(v),
-            ) {
-                (Some(seq), Ok(_)) => entities.push((seq, v.to_vec())),
-                (_, Err(e)) => {
-                    failure = Some(StoreError::Corrupt {
-                        what: format!("outbox entity {}", hex::encode(k)),
-                        detail: e.to_string(),
-                    })
+    // Only flagged rows have an entity: the outbox cursor leads, the rows' cursor steps (or
+    // seeks) to each entity's row.
+    let mut entities = store.cursor(Cf::Audit, &[keys::OUTBOX]);
+    let mut rows = store.cursor(Cf::Audit, &[keys::ROW]);
+    entities.seek(&keys::outbox_key(after + 1));
+    while visited.entities < limit {
+        let Some((key, entity)) = entities.entry() else {
+            break;
+        };
+        if let Some(seq) = keys::decode_seq_key(keys::OUTBOX, key) {
+            visited.entities += 1;
+            visited.last = Some(seq);
+            rows.advance_to(&keys::row_seek(seq));
+            match rows.entry() {
+                // The cursor lands on the next row when this one is gone: exact hits only.
+                Some((k, v)) if keys::decode_row_key(k).map(|(s, _)| s) == Some(seq) => {
+                    let row = EventRow::decode(k, v)?;
+                    if row.publish {
+                        each(row, entity);
+                    } else {
+                        tracing::warn!(seq, "outbox entity of an unflagged row; skipped");
+                    }
                 }
-                (None, _) => {}
+                // An entity without its flagged row: retention deletes both in one batch,
+                // so this is damage; skip it rather than publish an event no row explains.
+                _ => tracing::warn!(seq, "outbox entity without a flagged row; skipped"),
             }
-            failure.is_none() && entities.len() < limit
-        },
-    )?;
-    if let Some(e) = failure {
-        return Err(e);
-    }
-    // Each flagged row by seek, through one iterator over the rows.
-    let mut rows: Vec<Option<Result<EventRow, StoreError>>> =
-        entities.iter().map(|_| None).collect();
-    let seeks = entities
-        .iter()
-        .map(|(seq, _)| keys::row_seek(*seq).to_vec());
-    store.seek_each(Cf::Audit, &[keys::ROW], seeks, |i, k, v| {
-        // The seek lands on the next row when this one is gone: keep only exact hits.
-        if keys::decode_row_key(k).map(|(seq, _)| seq) == Some(entities[i].0) {
-            rows[i] = Some(EventRow::decode(k, v));
         }
-    })?;
-    let mut out = Vec::with_capacity(entities.len());
-    for ((seq, entity), row) in entities.into_iter().zip(rows) {
-        match row {
-            Some(Ok(row)) if row.publish => out.push((row, entity)),
-            Some(Err(e)) => return Err(e),
-            // An entity without its flagged row: retention deletes both in one batch, so
-            // this is damage; skip it rather than publish an event no row explains.
-            _ => tracing::warn!(seq, "outbox entity without a flagged row; skipped"),
-        }
+        entities.next();
     }
-    Ok(out)
+    entities.finish()?;
+    rows.finish()?;
+    Ok(visited)
 }
 
 #[cfg(test)]
@@ -117,12 +127,16 @@ mod tests {
     use super::*;
     use crate::audit::{Change, CommitError, Context, SystemClock, Trail, TrailOptions};
 
-    async fn change(trail: &Trail, i: u64, flagged: bool) {
+    async fn change(trail: &Trail, resource: &str, tenant: Option<&str>, flagged: bool) {
+        let (resource, tenant) = (resource.to_owned(), tenant.map(str::to_owned));
         trail
             .commit(Context::system(), move |_tx| {
-                let mut c = Change::new("route.create", format!("routes/r{i}"));
+                let mut c = Change::new("route.create", resource.clone());
+                if let Some(t) = tenant {
+                    c = c.tenant(t);
+                }
                 if flagged {
-                    c = c.entity(json!({"id": i}));
+                    c = c.entity(json!({"id": resource}));
                 }
                 Ok::<_, CommitError<()>>((c, ()))
             })
@@ -130,8 +144,28 @@ mod tests {
             .unwrap();
     }
 
+    /// What a visit saw: each row (owned) with its entity, and how far it went.
+    fn read(store: &Store, after: u64, limit: usize) -> (Vec<(EventRow<'static>, Value)>, Visited) {
+        let mut seen = vec![];
+        let visited = visit(store, after, limit, |row, entity| {
+            let row = EventRow {
+                action: Cow::Owned(row.action.into_owned()),
+                tenant: row.tenant.map(|t| Cow::Owned(t.into_owned())),
+                resource: Cow::Owned(row.resource.into_owned()),
+                ..row
+            };
+            seen.push((row, serde_json::from_slice(entity).unwrap()));
+        })
+        .unwrap();
+        (seen, visited)
+    }
+
+    fn seqs(seen: &[(EventRow<'static>, Value)]) -> Vec<u64> {
+        seen.iter().map(|(r, _)| r.seq).collect()
+    }
+
     #[tokio::test]
-    async fn reads_flagged_rows_in_order_and_passes_over_a_missing_row() {
+    async fn visits_flagged_rows_in_order_and_passes_over_a_missing_row() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
         let trail = Trail::start(
@@ -141,43 +175,104 @@ mod tests {
         )
         .unwrap();
         for (i, flagged) in [(1, true), (2, false), (3, true), (4, true), (5, true)] {
-            change(&trail, i, flagged).await;
+            change(&trail, &format!("routes/r{i}"), Some("t1"), flagged).await;
         }
-        let page: Vec<u64> = read(&store, 0, 10)
-            .unwrap()
-            .iter()
-            .map(|(r, _)| r.seq)
-            .collect();
-        assert_eq!(page, vec![1, 3, 4, 5]);
+        let (seen, visited) = read(&store, 0, 10);
+        assert_eq!(seqs(&seen), vec![1, 3, 4, 5]);
+        assert_eq!(
+            visited,
+            Visited {
+                entities: 4,
+                last: Some(5)
+            }
+        );
         // The parts of the full row an event carries.
-        let (first, _) = &read(&store, 0, 1).unwrap()[0];
+        let (first, entity) = &read(&store, 0, 1).0[0];
         let row = crate::audit::get(&store, 1).unwrap().unwrap();
         let expected = EventRow {
             seq: row.seq,
             at: row.at,
-            action: row.action,
-            tenant: row.tenant,
-            resource: row.resource,
+            action: row.action.into(),
+            tenant: row.tenant.map(Cow::Owned),
+            resource: row.resource.into(),
             revision: row.revision,
             publish: row.publish,
             refresh: row.refresh,
         };
-        assert_eq!((first, first.resource.as_str()), (&expected, "routes/r1"));
-        let entity = |bytes: &[u8]| serde_json::from_slice::<Value>(bytes).unwrap();
-        assert_eq!(entity(&read(&store, 3, 1).unwrap()[0].1), json!({"id": 4}));
+        assert_eq!((first, first.resource.as_ref()), (&expected, "routes/r1"));
+        assert_eq!(entity, &json!({"id": "routes/r1"}));
+        assert_eq!(read(&store, 3, 1).0[0].1, json!({"id": "routes/r4"}));
         // Damage: row 4 gone, its entity left behind. Rows 3 and 5 still pair with theirs.
         let row4 = crate::audit::get(&store, 4).unwrap().unwrap();
         let mut batch = WriteBatch::default();
         batch.delete_cf(store.cf(Cf::Audit), keys::row_key(4, row4.at));
         store.write(batch, true).unwrap();
-        let page = read(&store, 0, 10).unwrap();
-        let pairs: Vec<(u64, Value)> = page.into_iter().map(|(r, e)| (r.seq, entity(&e))).collect();
+        let (seen, visited) = read(&store, 0, 10);
+        let pairs: Vec<(u64, Value)> = seen.into_iter().map(|(r, e)| (r.seq, e)).collect();
         assert_eq!(
             pairs,
             vec![
-                (1, json!({"id": 1})),
-                (3, json!({"id": 3})),
-                (5, json!({"id": 5}))
+                (1, json!({"id": "routes/r1"})),
+                (3, json!({"id": "routes/r3"})),
+                (5, json!({"id": "routes/r5"}))
+            ]
+        );
+        assert_eq!(
+            visited,
+            Visited {
+                entities: 4,
+                last: Some(5)
+            }
+        );
+        // The limit counts entities, the damaged one too: a page of 3 ends at 4, so the
+        // next one starts after it rather than skipping 5.
+        let (seen, visited) = read(&store, 0, 3);
+        assert_eq!(seqs(&seen), vec![1, 3]);
+        assert_eq!(
+            visited,
+            Visited {
+                entities: 3,
+                last: Some(4)
+            }
+        );
+        assert_eq!(seqs(&read(&store, 4, 3).0), vec![5]);
+        trail.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn text_with_escapes_decodes_as_owned_and_the_rest_is_borrowed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let trail = Trail::start(
+            store.clone(),
+            TrailOptions::default(),
+            Arc::new(SystemClock),
+        )
+        .unwrap();
+        change(&trail, "routes/r\"1\u{e9}", Some("t\\1"), true).await;
+        change(&trail, "routes/r2", None, true).await;
+        let mut seen = vec![];
+        visit(&store, 0, 10, |row, _| {
+            seen.push((
+                row.resource.to_string(),
+                matches!(row.resource, Cow::Borrowed(_)),
+                row.tenant
+                    .as_ref()
+                    .map(|t| (t.to_string(), matches!(t, Cow::Borrowed(_)))),
+                matches!(row.action, Cow::Borrowed(_)),
+            ))
+        })
+        .unwrap();
+        assert_eq!(
+            seen,
+            vec![
+                (
+                    "routes/r\"1\u{e9}".to_owned(),
+                    false,
+                    Some(("t\\1".to_owned(), false)),
+                    true
+                ),
+                ("routes/r2".to_owned(), true, None, true),
             ]
         );
         trail.shutdown().await;

@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::status::{self, SharedStatus, SinkState, SinkStatus};
 use super::{event, metrics, outbox};
-use crate::audit::{History, Trail};
+use crate::audit::Trail;
 use crate::store::{keys, keys::meta, Entry, StoreError};
 
 /// A page of the outbox, its events built off the runtime while the previous page was in
@@ -34,12 +34,16 @@ struct Page {
     deliveries: Vec<Delivery>,
     /// Each event's row commit time (unix ms), aligned with `deliveries`.
     ats: Vec<u64>,
-    /// The last seq the page covers: its last row (whether or not its event could be built),
-    /// or, when the page is not full, the last committed seq (every row up to it was
-    /// visible, so none after the page's rows is flagged). Moving the position over it lets
+    /// The last seq the page covers: its last outbox entity (whether or not its event could
+    /// be built), or, when the page is not full, the last committed seq (every row up to it
+    /// was visible, so none after the page's rows is flagged). Moving the position over it lets
     /// retention and the backlog ceiling see past a run of changes that publish nothing.
     last: Option<u64>,
 }
+
+/// Most events a page makes room for before it is read: the page of a large batch grows as
+/// it fills instead of taking its whole size up front.
+const MAX_PREALLOCATED: usize = 4096;
 
 /// How the publisher's loops behave.
 #[derive(Debug, Clone)]
@@ -388,10 +392,25 @@ impl Lane {
         // Read before the outbox: every row up to it is already in the store.
         let committed = *self.trail.committed().borrow();
         tokio::task::spawn_blocking(move || {
-            let rows = outbox::read(&store, after, limit)?;
-            let full = rows.len() >= limit;
-            let mut page = build_page(rows, &history, &source);
-            if !full && committed > after {
+            let mut page = Page {
+                deliveries: Vec::with_capacity(limit.min(MAX_PREALLOCATED)),
+                ats: Vec::with_capacity(limit.min(MAX_PREALLOCATED)),
+                last: None,
+            };
+            let visited = outbox::visit(&store, after, limit, |row, entity| {
+                match event::build(&row, entity, &history, &source) {
+                    Ok(event) => {
+                        page.ats.push(row.at);
+                        page.deliveries.push(Delivery {
+                            seq: row.seq,
+                            event,
+                        });
+                    }
+                    Err(e) => tracing::error!(error = %e, "lifecycle event not built; passed over"),
+                }
+            })?;
+            page.last = visited.last;
+            if visited.entities < limit && committed > after {
                 page.last = Some(page.last.unwrap_or(0).max(committed));
             }
             Ok(page)
@@ -472,27 +491,6 @@ async fn abandon(in_flight: &mut VecDeque<InFlight>, reading: &mut Option<Readin
         drop(attempt.outcomes.await);
     }
     *reading = None;
-}
-
-/// The events of `rows`; a row whose event cannot be built is logged and passed over.
-fn build_page(rows: Vec<(outbox::EventRow, Vec<u8>)>, history: &History, source: &str) -> Page {
-    let mut page = Page {
-        last: rows.last().map(|(row, _)| row.seq),
-        ..Page::default()
-    };
-    for (row, entity) in rows {
-        match event::build(&row, &entity, history, source) {
-            Ok(event) => {
-                page.ats.push(row.at);
-                page.deliveries.push(Delivery {
-                    seq: row.seq,
-                    event,
-                });
-            }
-            Err(e) => tracing::error!(error = %e, "lifecycle event not built; passed over"),
-        }
-    }
-    page
 }
 
 /// A dead letter: the event (structured mode) and why it was refused, keyed by sink and seq.

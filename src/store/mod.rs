@@ -217,49 +217,20 @@ impl Store {
         Ok(iter.status()?)
     }
 
-    /// For each key of `seeks` (ascending), the first entry at or after it that starts with
-    /// `prefix`, given to `visit` with the key's index, through ONE iterator: point lookups
-    /// of many rows in key order (the publisher's page) without a new iterator each time.
-    /// When the next target is a few entries ahead (dense lookups, the common case), the
-    /// iterator steps to it, which costs a fraction of a seek; farther away, it seeks. Like
-    /// [`scan_once`](Store::scan_once), it leaves the block cache alone.
-    pub fn seek_each(
-        &self,
-        cf: Cf,
-        prefix: &[u8],
-        seeks: impl IntoIterator<Item = Vec<u8>>,
-        mut visit: impl FnMut(usize, &[u8], &[u8]),
-    ) -> Result<(), StoreError> {
+    /// A cursor over the entries of `cf` whose keys start with `prefix`, for data read once
+    /// (the publisher's pages): like [`scan_once`](Store::scan_once), it leaves the block
+    /// cache alone. Several cursors may walk the store side by side.
+    pub fn cursor(&self, cf: Cf, prefix: &[u8]) -> Cursor<'_> {
         let mut ro = ReadOptions::default();
         ro.fill_cache(false);
         if let Some(upper) = prefix_upper_bound(prefix) {
             ro.set_iterate_upper_bound(upper);
         }
-        /// How many entries to step over before a seek is cheaper.
-        const MAX_STEPS: usize = 8;
-        let mut iter = self.db.raw_iterator_cf_opt(self.cf(cf), ro);
-        for (i, key) in seeks.into_iter().enumerate() {
-            let mut steps = 0;
-            loop {
-                match iter.key() {
-                    // Positioned before the target (valid only after the first seek): step.
-                    Some(k) if i > 0 && k < key.as_slice() && steps < MAX_STEPS => {
-                        iter.next();
-                        steps += 1;
-                    }
-                    Some(k) if i > 0 && k >= key.as_slice() => break,
-                    _ => {
-                        iter.seek(&key);
-                        break;
-                    }
-                }
-            }
-            match (iter.key(), iter.value()) {
-                (Some(k), Some(v)) if k.starts_with(prefix) => visit(i, k, v),
-                _ => break,
-            }
+        Cursor {
+            iter: self.db.raw_iterator_cf_opt(self.cf(cf), ro),
+            prefix: prefix.to_vec(),
+            placed: false,
         }
-        Ok(iter.status()?)
     }
 
     /// The last entry of `cf` whose key starts with `prefix`.
@@ -308,6 +279,67 @@ impl Store {
             self.db.flush_cf(self.cf(cf))?;
         }
         Ok(())
+    }
+}
+
+/// A forward cursor over one key prefix of a column family (see [`Store::cursor`]). Keys
+/// and values are lent, not copied: they are valid until the cursor moves.
+pub struct Cursor<'a> {
+    iter: rocksdb::DBRawIterator<'a>,
+    prefix: Vec<u8>,
+    /// Whether the cursor was ever placed (by a seek).
+    placed: bool,
+}
+
+impl Cursor<'_> {
+    /// How many entries [`advance_to`](Cursor::advance_to) steps over before a seek is
+    /// cheaper.
+    const MAX_STEPS: usize = 8;
+
+    /// Place the cursor on the first entry at or after `key`.
+    pub fn seek(&mut self, key: &[u8]) {
+        self.iter.seek(key);
+        self.placed = true;
+    }
+
+    /// Move forward to the first entry at or after `key`. When it is a few entries ahead
+    /// (dense lookups in key order, the common case) the cursor steps to it, which costs a
+    /// fraction of a seek; farther away, or before the cursor was placed, it seeks. Never
+    /// moves back: a `key` behind the cursor leaves it where it is.
+    pub fn advance_to(&mut self, key: &[u8]) {
+        if !self.placed {
+            return self.seek(key);
+        }
+        for _ in 0..Self::MAX_STEPS {
+            match self.iter.key() {
+                Some(k) if k < key => self.iter.next(),
+                Some(_) => return,
+                // Past the last entry, or failed: a seek tells which (see `finish`).
+                None => break,
+            }
+        }
+        if self.iter.key().is_none_or(|k| k < key) {
+            self.iter.seek(key);
+        }
+    }
+
+    /// Step to the next entry.
+    pub fn next(&mut self) {
+        self.iter.next();
+    }
+
+    /// The entry under the cursor; `None` past the last entry of the prefix (or on an error,
+    /// which [`finish`](Cursor::finish) reports).
+    pub fn entry(&self) -> Option<(&[u8], &[u8])> {
+        match (self.iter.key(), self.iter.value()) {
+            (Some(k), Some(v)) if k.starts_with(&self.prefix) => Some((k, v)),
+            _ => None,
+        }
+    }
+
+    /// The error that stopped the cursor, if one did.
+    pub fn finish(&self) -> Result<(), StoreError> {
+        Ok(self.iter.status()?)
     }
 }
 
@@ -400,7 +432,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
         let audit = store.cf(Cf::Audit);
-        let int = |name: &str| store.db.property_int_value_cf(audit, name).unwrap().unwrap();
+        let int = |name: &str| {
+            store
+                .db
+                .property_int_value_cf(audit, name)
+                .unwrap()
+                .unwrap()
+        };
         // Eight table files in level 0 (twice the compaction trigger), then a write that
         // is only in the memtable.
         for file in 0u32..8 {
@@ -418,7 +456,10 @@ mod tests {
         assert_eq!(int("rocksdb.compaction-pending"), 0);
         assert_eq!(int("rocksdb.num-running-compactions"), 0);
         assert!(int("rocksdb.num-files-at-level0") < 4);
-        assert_eq!(store.get(Cf::Audit, b"last").unwrap().as_deref(), Some(&b"v"[..]));
+        assert_eq!(
+            store.get(Cf::Audit, b"last").unwrap().as_deref(),
+            Some(&b"v"[..])
+        );
     }
 
     #[test]
@@ -441,7 +482,7 @@ mod tests {
     }
 
     #[test]
-    fn seek_each_finds_the_first_entry_at_or_after_each_target_near_or_far() {
+    fn cursor_advances_to_the_first_entry_at_or_after_each_target_near_or_far() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
         let key = |n: u32| [&b"a"[..], &n.to_be_bytes()].concat();
@@ -453,32 +494,43 @@ mod tests {
         b.put_cf(store.cf(Cf::Audit), b"b", b"x");
         store.write(b, true).unwrap();
         // Near targets (stepped to), a missing one (lands on the next), far ones (sought),
-        // one past every entry of the prefix (ends the walk).
-        let targets = [0u32, 2, 4, 5, 10, 100, 101, 198, 500, 1000, 1001, 1002];
+        // one behind the cursor (stays), one past every entry of the prefix (ends the walk).
+        let targets = [0u32, 2, 4, 5, 10, 100, 101, 198, 500, 400, 1000, 1001, 1002];
+        let mut cursor = store.cursor(Cf::Audit, b"a");
         let mut seen = vec![];
-        store
-            .seek_each(
-                Cf::Audit,
-                b"a",
-                targets.iter().map(|n| key(*n)),
-                |i, k, v| {
-                    assert_eq!(&k[1..], v);
-                    seen.push((targets[i], u32::from_be_bytes(v.try_into().unwrap())));
-                },
-            )
-            .unwrap();
+        for target in targets {
+            cursor.advance_to(&key(target));
+            let found = cursor.entry().map(|(k, v)| {
+                assert_eq!(&k[1..], v);
+                u32::from_be_bytes(v.try_into().unwrap())
+            });
+            seen.push((target, found));
+        }
+        cursor.finish().unwrap();
         let expected = [
-            (0, 0),
-            (2, 2),
-            (4, 4),
-            (5, 6),
-            (10, 10),
-            (100, 100),
-            (101, 102),
-            (198, 198),
-            (500, 1000),
-            (1000, 1000),
+            (0, Some(0)),
+            (2, Some(2)),
+            (4, Some(4)),
+            (5, Some(6)),
+            (10, Some(10)),
+            (100, Some(100)),
+            (101, Some(102)),
+            (198, Some(198)),
+            (500, Some(1000)),
+            (400, Some(1000)),
+            (1000, Some(1000)),
+            (1001, None),
+            (1002, None),
         ];
         assert_eq!(seen, expected);
+        // A fresh cursor's first move is a seek; `next` walks on inside the prefix only.
+        let mut cursor = store.cursor(Cf::Audit, b"a");
+        cursor.seek(&key(196));
+        let mut walked = vec![];
+        while let Some((_, v)) = cursor.entry() {
+            walked.push(u32::from_be_bytes(v.try_into().unwrap()));
+            cursor.next();
+        }
+        assert_eq!(walked, vec![196, 198, 1000]);
     }
 }

@@ -90,5 +90,7 @@ fn tansu() -> PathBuf {
         .into_iter()
         .chain(home)
         .find(|p| p.is_file())
-        .expect("tansu is not installed: run scripts/tansu (cargo install tansu --features dynostore)")
+        .expect(
+            "tansu is not installed: run scripts/tansu (cargo install tansu --features dynostore)",
+        )
 }
