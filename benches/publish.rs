@@ -216,7 +216,7 @@ fn events_of(trail: &Trail) -> Vec<ankusa_sinks::Event> {
 /// Rounds of each throughput comparison (after a warm-up round): ours then the bare
 /// baseline, back to back, so both of a round see the same machine; the median round's ratio
 /// is reported.
-const ROUNDS: usize = 3;
+const ROUNDS: usize = 5;
 
 /// The median of `ratios` and every round's figures, printed.
 fn report(what: &str, baseline: &str, rounds: &[(f64, f64)]) {

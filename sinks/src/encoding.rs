@@ -13,7 +13,7 @@
 
 use std::borrow::Cow;
 
-use cloudevents::event::AttributeValue;
+use cloudevents::event::{AttributeValue, SpecVersion};
 use cloudevents::{AttributesReader, Data, Event};
 use serde_json::Value;
 
@@ -25,6 +25,8 @@ pub(crate) fn attribute_text<'a>(attribute: &AttributeValue<'a>) -> Cow<'a, str>
         AttributeValue::URI(uri) => Cow::Borrowed(uri.as_str()),
         AttributeValue::URIRef(uri) => Cow::Borrowed(uri.as_str()),
         AttributeValue::Time(time) => Cow::Owned(time.to_rfc3339()),
+        AttributeValue::SpecVersion(SpecVersion::V10) => Cow::Borrowed("1.0"),
+        AttributeValue::SpecVersion(SpecVersion::V03) => Cow::Borrowed("0.3"),
         ref other => Cow::Owned(other.to_string()),
     }
 }
