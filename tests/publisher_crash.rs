@@ -57,10 +57,11 @@ fn crash_before_the_position_is_persisted_redelivers_the_same_events() {
         Some("lifecycle::before_persist=1*off->panic"),
     );
     assert!(!out.status.success(), "the failpoint killed it");
-    assert_eq!(
-        position(&store),
-        10,
-        "only the first batch's position was persisted"
+    // Position writes run beside delivery: the first batch's may or may not have synced.
+    let persisted = position(&store);
+    assert!(
+        persisted == 0 || persisted == 10,
+        "at most the first batch's position was persisted: {persisted}"
     );
     let (order, _) = events(&file);
     assert_eq!(
@@ -82,10 +83,10 @@ fn crash_before_the_position_is_persisted_redelivers_the_same_events() {
         "nothing lost"
     );
     let mut expected: Vec<u64> = (1..=20).collect();
-    expected.extend(11..=N);
+    expected.extend(persisted + 1..=N);
     assert_eq!(
         order, expected,
-        "exactly the unpersisted batch was delivered again"
+        "exactly what the persisted position did not cover was delivered again"
     );
 }
 

@@ -7,8 +7,9 @@
 //! (`m:lifecycle_cursor:<sink>`), and `m:lifecycle_cursor` is their minimum, so one broken
 //! sink never stalls the others, and a crash between a confirmation and its persistence only
 //! redelivers (with the same id). Commits wake the loops through the trail's committed-seq
-//! watch (a hint); a timer is the fallback. While a batch is in flight the next page is read,
-//! and a position write is overlapped with the next delivery.
+//! watch (a hint); a timer is the fallback. While a batch is in flight the next page is read.
+//! Position writes go to a task of the loop's own, which writes them in order, one at a time,
+//! merging those that settled while the previous one synced: delivery never waits on an fsync.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use ankusa_sinks::{Delivery, Outcome, RetryPolicy, Sink};
 use cloudevents::AttributesReader;
 use futures::future::BoxFuture;
 use serde_json::json;
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -196,7 +198,7 @@ impl Lane {
     async fn run(mut self) {
         let mut committed = self.trail.committed();
         let mut attempt: u32 = 0;
-        let mut persisting: Option<JoinHandle<Result<(), StoreError>>> = None;
+        let persister = Persister::start(&self.trail, &self.spec.name, &self.status);
         let mut in_flight: VecDeque<InFlight> = VecDeque::new();
         // The read of the page after the last one submitted (or after the position); `None`
         // while nothing more is to be submitted before the window drains.
@@ -245,18 +247,12 @@ impl Lane {
                     // Nothing to send up to `last` (rows that publish nothing, or whose
                     // events cannot be built, logged): pass over them.
                     self.position = last;
-                    if let Some(previous) = persisting.take() {
-                        self.finish_persist(previous).await;
-                    }
-                    persisting = Some(self.persist(last, Vec::new()));
+                    persister.write(last, Vec::new());
                     reading = Some(self.read(self.position));
                     continue;
                 }
-                if let Some(previous) = persisting.take() {
-                    self.finish_persist(previous).await;
-                }
                 status::update(&self.status, |s| s.oldest_unconfirmed_at = None);
-                self.report_position();
+                report_position(&self.spec.name, &self.status);
                 tokio::select! {
                     _ = committed.changed() => {}
                     _ = tokio::time::sleep(self.options.idle) => {}
@@ -277,14 +273,10 @@ impl Lane {
             // Freeing a page's events is a thousand small frees: not on this loop.
             drop(tokio::task::spawn_blocking(move || drop(oldest.page)));
             if to > self.position {
-                // One position write in flight at a time, in order: wait for the previous one.
-                if let Some(previous) = persisting.take() {
-                    self.finish_persist(previous).await;
-                }
                 // A crash here: the sink has these events, the store does not know it yet.
                 fail::fail_point!("lifecycle::before_persist");
                 self.position = to;
-                persisting = Some(self.persist(to, dead));
+                persister.write(to, dead);
             }
             match stop {
                 None => {
@@ -331,9 +323,7 @@ impl Lane {
             }
         }
         abandon(&mut in_flight, &mut reading).await;
-        if let Some(previous) = persisting.take() {
-            self.finish_persist(previous).await;
-        }
+        persister.finish().await;
         status::update(&self.status, |s| {
             if s.state != SinkState::Disabled {
                 s.state = SinkState::Stopped;
@@ -417,56 +407,8 @@ impl Lane {
         })
     }
 
-    /// Wait for the position write in flight (it wrote `self.position`: a new one is only
-    /// started after the previous one finished).
-    async fn finish_persist(&self, handle: JoinHandle<Result<(), StoreError>>) {
-        let error = match handle.await {
-            Ok(Ok(())) => {
-                self.report_position();
-                return;
-            }
-            Ok(Err(e)) => e.to_string(),
-            Err(e) => e.to_string(),
-        };
-        // Not persisted: after a restart these events are delivered again, with their ids.
-        self.note_error(&format!("persisting the position: {error}"));
-    }
-
-    /// Persist that the sink has everything up to `to` (and dead-lettered `dead`), through
-    /// the writer, in a task of its own so the next delivery overlaps the fsync. The status
-    /// shows the new position as soon as it is durable.
-    fn persist(&self, to: u64, dead: Vec<Entry>) -> JoinHandle<Result<(), StoreError>> {
-        let (trail, name, status) = (
-            self.trail.clone(),
-            self.spec.name.clone(),
-            self.status.clone(),
-        );
-        tokio::spawn(async move {
-            trail.advance(&name, to, dead).await?;
-            fail::fail_point!("lifecycle::after_persist");
-            status::update(&status, |s| s.position = s.position.max(to));
-            Ok(())
-        })
-    }
-
-    /// Publish the persisted position and the lag (age of the oldest unconfirmed event).
-    fn report_position(&self) {
-        let snapshot = status::snapshot(&self.status);
-        let now = chrono::Utc::now().timestamp_millis().max(0) as u64;
-        let lag = snapshot
-            .oldest_unconfirmed_at
-            .map_or(0, |at| now.saturating_sub(at));
-        metrics::position(
-            &self.spec.name,
-            snapshot.position,
-            Duration::from_millis(lag),
-        );
-    }
-
     fn note_error(&self, error: &str) {
-        tracing::error!(sink = %self.spec.name, error, "lifecycle publisher error");
-        metrics::failed(&self.spec.name, "publisher", false);
-        status::update(&self.status, |s| s.last_error = Some(error.to_owned()));
+        note_error(&self.spec.name, &self.status, error);
     }
 
     async fn pause(&self, delay: Duration) {
@@ -493,6 +435,72 @@ async fn abandon(in_flight: &mut VecDeque<InFlight>, reading: &mut Option<Readin
     *reading = None;
 }
 
+/// A lane's position writes, in a task of their own. The lane hands each new position (with
+/// the dead letters that go with it) over and moves on; the task writes them through the
+/// writer in order, one at a time, and merges into one write whatever was handed over while
+/// the previous write synced (the newest position, every dead letter). The status shows a
+/// position once it is durable.
+struct Persister {
+    positions: mpsc::UnboundedSender<(u64, Vec<Entry>)>,
+    task: JoinHandle<()>,
+}
+
+impl Persister {
+    fn start(trail: &Trail, sink: &str, status: &SharedStatus) -> Persister {
+        let (positions, mut handed) = mpsc::unbounded_channel::<(u64, Vec<Entry>)>();
+        let (trail, sink, status) = (trail.clone(), sink.to_owned(), status.clone());
+        let task = tokio::spawn(async move {
+            while let Some((mut to, mut dead)) = handed.recv().await {
+                while let Ok((newer, more)) = handed.try_recv() {
+                    to = to.max(newer);
+                    dead.extend(more);
+                }
+                match trail.advance(&sink, to, dead).await {
+                    Ok(()) => {
+                        fail::fail_point!("lifecycle::after_persist");
+                        status::update(&status, |s| s.position = s.position.max(to));
+                        report_position(&sink, &status);
+                    }
+                    // Not persisted: after a restart these events are delivered again, with
+                    // their ids.
+                    Err(e) => note_error(&sink, &status, &format!("persisting the position: {e}")),
+                }
+            }
+        });
+        Persister { positions, task }
+    }
+
+    /// Persist that the sink has everything up to `to` (and dead-lettered `dead`).
+    fn write(&self, to: u64, dead: Vec<Entry>) {
+        // The task ends only after the sender is dropped (`finish`).
+        let _ = self.positions.send((to, dead));
+    }
+
+    /// Write what was handed over and stop.
+    async fn finish(self) {
+        drop(self.positions);
+        if let Err(e) = self.task.await {
+            tracing::error!(error = %e, "lifecycle position writer failed");
+        }
+    }
+}
+
+/// Publish a sink's persisted position and its lag (age of the oldest unconfirmed event).
+fn report_position(sink: &str, status: &SharedStatus) {
+    let snapshot = status::snapshot(status);
+    let now = chrono::Utc::now().timestamp_millis().max(0) as u64;
+    let lag = snapshot
+        .oldest_unconfirmed_at
+        .map_or(0, |at| now.saturating_sub(at));
+    metrics::position(sink, snapshot.position, Duration::from_millis(lag));
+}
+
+fn note_error(sink: &str, status: &SharedStatus, error: &str) {
+    tracing::error!(sink, error, "lifecycle publisher error");
+    metrics::failed(sink, "publisher", false);
+    status::update(status, |s| s.last_error = Some(error.to_owned()));
+}
+
 /// A dead letter: the event (structured mode) and why it was refused, keyed by sink and seq.
 fn dead_letter(sink: &str, d: &Delivery, reason: &str, at: u64) -> Entry {
     let event = ankusa_sinks::structured_value(&d.event)
@@ -508,4 +516,57 @@ fn dead_letter(sink: &str, d: &Delivery, reason: &str, at: u64) -> Entry {
         keys::dead_letter_key(sink, d.seq),
         serde_json::to_vec(&value).expect("a dead letter always serializes"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::audit::{SystemClock, TrailOptions};
+    use crate::lifecycle::dead_letters;
+    use crate::store::Store;
+
+    /// Positions handed over faster than they sync are merged, and none of what was handed
+    /// over is lost: the last position and every dead letter reach the store, and the status
+    /// shows the position once it is durable.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn handed_over_positions_all_reach_the_store_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let options = TrailOptions {
+            sinks: vec!["s".into()],
+            ..TrailOptions::default()
+        };
+        let trail = Trail::start(store.clone(), options, Arc::new(SystemClock)).unwrap();
+        let status: SharedStatus = Arc::new(std::sync::Mutex::new(SinkStatus {
+            name: "s".into(),
+            kind: "file",
+            position: 0,
+            state: SinkState::Running,
+            last_error: None,
+            delivered: 0,
+            retries: 0,
+            dead_lettered: 0,
+            oldest_unconfirmed_at: None,
+        }));
+        #[cfg(feature = "failpoints")]
+        let _slow = {
+            let scenario = fail::FailScenario::setup();
+            // Every write through the syncer, each taking 20 ms.
+            fail::cfg("audit::inline", "return").unwrap();
+            fail::cfg("audit::sync_delay", "sleep(20)").unwrap();
+            scenario
+        };
+        let persister = Persister::start(&trail, "s", &status);
+        for to in 1..=50u64 {
+            let letter = (keys::dead_letter_key("s", to), br#"{}"#.to_vec());
+            persister.write(to, if to % 5 == 0 { vec![letter] } else { vec![] });
+        }
+        persister.finish().await;
+        assert_eq!(store.meta_u64(&meta::sink_cursor("s")).unwrap(), 50);
+        assert_eq!(dead_letters::count(&store, "s").unwrap(), 10);
+        assert_eq!(status::snapshot(&status).position, 50);
+        trail.shutdown().await;
+    }
 }
