@@ -25,8 +25,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::status::{self, SharedStatus, SinkState, SinkStatus};
 use super::{event, metrics, outbox};
-use crate::audit::Trail;
-use crate::store::{keys, keys::meta, Entry, StoreError};
+use crate::audit::{History, Trail};
+use crate::store::{keys, keys::meta, Entry, Store, StoreError};
 
 /// A page of the outbox, its events built off the runtime while the previous page was in
 /// flight.
@@ -41,6 +41,8 @@ struct Page {
     /// was visible, so none after the page's rows is flagged). Moving the position over it lets
     /// retention and the backlog ceiling see past a run of changes that publish nothing.
     last: Option<u64>,
+    /// Whether the page holds as many entities as a page may: more may follow at once.
+    full: bool,
 }
 
 /// Most events a page makes room for before it is read: the page of a large batch grows as
@@ -186,8 +188,26 @@ struct InFlight {
     started: std::time::Instant,
 }
 
-/// A page being read (and its events built) on the blocking pool.
-type Reading = JoinHandle<Result<Page, StoreError>>;
+/// How many pages a reader may have ready before the lane takes them; one more is being
+/// read meanwhile. Reading runs on its own thread, beside the lane's submissions.
+const READ_AHEAD: usize = 1;
+
+/// Pages being read (and their events built) on the blocking pool, in seq order: after a full
+/// page the reader goes on with the next one, up to [`READ_AHEAD`] pages ahead of the lane; it
+/// stops after a page that is not full, and when dropped.
+struct Reading {
+    pages: mpsc::Receiver<Result<Page, StoreError>>,
+}
+
+impl Reading {
+    /// The next page.
+    async fn next(&mut self) -> Result<Page, StoreError> {
+        self.pages
+            .recv()
+            .await
+            .unwrap_or_else(|| Err(StoreError::Unavailable("the outbox reader stopped".into())))
+    }
+}
 
 impl Lane {
     /// The loop: keep up to `in_flight` attempts under way (while the sink says the next may
@@ -208,8 +228,8 @@ impl Lane {
         let window = self.options.in_flight.max(1);
         while !self.shutdown.is_cancelled() {
             let room = in_flight.len() < window && (open || in_flight.is_empty());
-            if let Some(read) = if room { reading.take() } else { None } {
-                let page = match joined(read).await {
+            if let Some(mut read) = if room { reading.take() } else { None } {
+                let page = match read.next().await {
                     Ok(page) => page,
                     Err(e) => {
                         self.note_error(&format!("reading the outbox: {e}"));
@@ -227,8 +247,12 @@ impl Lane {
                             s.oldest_unconfirmed_at = page.ats.first().copied()
                         });
                     }
-                    // The next page is read while this one is handed over.
-                    reading = page.last.map(|last| self.read(last));
+                    // The next page is read while this one is handed over: by the same reader
+                    // after a full page.
+                    reading = match page.last {
+                        Some(_) if page.full => Some(read),
+                        last => last.map(|last| self.read(last)),
+                    };
                     let started = std::time::Instant::now();
                     let submitted = self.spec.sink.submit(&page.deliveries).await;
                     open = submitted.open;
@@ -373,38 +397,35 @@ impl Lane {
         (to, dead, stop)
     }
 
-    /// Start reading the page after `after` and building its events, off the runtime.
+    /// Start reading the pages after `after` and building their events, off the runtime.
     fn read(&self, after: u64) -> Reading {
         let store = self.trail.store().clone();
         let history = self.trail.history().clone();
         let source = self.options.source.clone();
         let limit = self.options.batch;
-        // Read before the outbox: every row up to it is already in the store.
-        let committed = *self.trail.committed().borrow();
-        tokio::task::spawn_blocking(move || {
-            let mut page = Page {
-                deliveries: Vec::with_capacity(limit.min(MAX_PREALLOCATED)),
-                ats: Vec::with_capacity(limit.min(MAX_PREALLOCATED)),
-                last: None,
-            };
-            let visited = outbox::visit(&store, after, limit, |row, entity| {
-                match event::build(&row, entity, &history, &source) {
-                    Ok(event) => {
-                        page.ats.push(row.at);
-                        page.deliveries.push(Delivery {
-                            seq: row.seq,
-                            event,
-                        });
-                    }
-                    Err(e) => tracing::error!(error = %e, "lifecycle event not built; passed over"),
+        let committed = self.trail.committed();
+        let (pages, taken) = mpsc::channel(READ_AHEAD);
+        drop(tokio::task::spawn_blocking(move || {
+            let mut after = after;
+            loop {
+                // Read before the outbox: every row up to it is already in the store.
+                let up_to = *committed.borrow();
+                let page = read_page(&store, &history, &source, after, limit, up_to);
+                let next = match &page {
+                    Ok(page) if page.full => page.last,
+                    _ => None,
+                };
+                // The lane dropped the reader (a retry starts again from its position).
+                if pages.blocking_send(page).is_err() {
+                    return;
                 }
-            })?;
-            page.last = visited.last;
-            if visited.entities < limit && committed > after {
-                page.last = Some(page.last.unwrap_or(0).max(committed));
+                match next {
+                    Some(last) => after = last,
+                    None => return,
+                }
             }
-            Ok(page)
-        })
+        }));
+        Reading { pages: taken }
     }
 
     fn note_error(&self, error: &str) {
@@ -419,10 +440,39 @@ impl Lane {
     }
 }
 
-/// The page a read produced.
-async fn joined(read: Reading) -> Result<Page, StoreError> {
-    read.await
-        .unwrap_or_else(|e| Err(StoreError::Unavailable(e.to_string())))
+/// The page of up to `limit` events after `after`, with `committed` the last seq committed
+/// before the read began.
+fn read_page(
+    store: &Store,
+    history: &History,
+    source: &str,
+    after: u64,
+    limit: usize,
+    committed: u64,
+) -> Result<Page, StoreError> {
+    let mut page = Page {
+        deliveries: Vec::with_capacity(limit.min(MAX_PREALLOCATED)),
+        ats: Vec::with_capacity(limit.min(MAX_PREALLOCATED)),
+        ..Page::default()
+    };
+    let visited = outbox::visit(store, after, limit, |row, entity| {
+        match event::build(&row, entity, history, source) {
+            Ok(event) => {
+                page.ats.push(row.at);
+                page.deliveries.push(Delivery {
+                    seq: row.seq,
+                    event,
+                });
+            }
+            Err(e) => tracing::error!(error = %e, "lifecycle event not built; passed over"),
+        }
+    })?;
+    page.last = visited.last;
+    page.full = visited.entities >= limit;
+    if !page.full && committed > after {
+        page.last = Some(page.last.unwrap_or(0).max(committed));
+    }
+    Ok(page)
 }
 
 /// Give up on what is in flight after a failure: wait for every attempt's outcomes (they are
