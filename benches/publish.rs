@@ -61,10 +61,7 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(100_000);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     println!("publisher benchmark ({events} events for Kafka, 20000 for webhooks)");
     let cluster = MockCluster::new(1).unwrap();
     cluster.create_topic(TOPIC, 8, 1).unwrap();
@@ -93,6 +90,14 @@ fn main() {
             rss as f64 / 1024.0
         );
     }
+}
+
+/// A multi-threaded runtime with every driver on.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 /// The publisher's attempts in flight: `ANKUSA_BENCH_IN_FLIGHT`, the default config's 4 when
@@ -470,10 +475,7 @@ fn rss_drain(n: u64) -> u64 {
 }
 
 fn fill_process(store: &str, n: u64) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     runtime.block_on(async {
         let trail = trail(std::path::Path::new(store), &["file"]);
         fill(&trail, n).await;
@@ -482,10 +484,7 @@ fn fill_process(store: &str, n: u64) {
 }
 
 fn drain_process(store: &str, n: u64) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     runtime.block_on(async {
         let trail = trail(std::path::Path::new(store), &["file"]);
         let path = std::path::Path::new(store).with_extension("jsonl");
@@ -509,10 +508,7 @@ fn drain_kafka_process(store: &str) {
     let cluster = MockCluster::new(1).unwrap();
     cluster.create_topic(TOPIC, 8, 1).unwrap();
     let brokers = cluster.bootstrap_servers();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     runtime.block_on(async {
         let trail = trail(std::path::Path::new(store), &["kafka"]);
         let sink = KafkaSink::new(KafkaConfig::new(&brokers, TOPIC)).unwrap();
@@ -526,10 +522,7 @@ fn drain_kafka_process(store: &str) {
 /// on this thread alone, five times; print the fastest pass per event: the publisher's own
 /// work per event, apart from any sink.
 fn read_process(store: &str) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     runtime.block_on(async {
         let trail = trail(std::path::Path::new(store), &[]);
         trail.store().settle().unwrap();
@@ -566,10 +559,7 @@ fn read_process(store: &str) {
 
 /// Drain a store filled by `--fill` to a webhook receiver on loopback and print the rate.
 fn drain_webhook_process(store: &str) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     runtime.block_on(async {
         let url = receiver().await;
         let trail = trail(std::path::Path::new(store), &["hook"]);

@@ -144,6 +144,17 @@ mod tests {
             .unwrap();
     }
 
+    fn open(dir: &std::path::Path) -> (Store, Trail) {
+        let store = Store::open(dir).unwrap();
+        let trail = Trail::start(
+            store.clone(),
+            TrailOptions::default(),
+            Arc::new(SystemClock),
+        )
+        .unwrap();
+        (store, trail)
+    }
+
     /// What a visit saw: each row (owned) with its entity, and how far it went.
     fn read(store: &Store, after: u64, limit: usize) -> (Vec<(EventRow<'static>, Value)>, Visited) {
         let mut seen = vec![];
@@ -167,13 +178,7 @@ mod tests {
     #[tokio::test]
     async fn visits_flagged_rows_in_order_and_passes_over_a_missing_row() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
-        let trail = Trail::start(
-            store.clone(),
-            TrailOptions::default(),
-            Arc::new(SystemClock),
-        )
-        .unwrap();
+        let (store, trail) = open(dir.path());
         for (i, flagged) in [(1, true), (2, false), (3, true), (4, true), (5, true)] {
             change(&trail, &format!("routes/r{i}"), Some("t1"), flagged).await;
         }
@@ -242,13 +247,7 @@ mod tests {
     #[tokio::test]
     async fn text_with_escapes_decodes_as_owned_and_the_rest_is_borrowed() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
-        let trail = Trail::start(
-            store.clone(),
-            TrailOptions::default(),
-            Arc::new(SystemClock),
-        )
-        .unwrap();
+        let (store, trail) = open(dir.path());
         change(&trail, "routes/r\"1\u{e9}", Some("t\\1"), true).await;
         change(&trail, "routes/r2", None, true).await;
         let mut seen = vec![];

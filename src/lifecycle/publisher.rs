@@ -109,17 +109,7 @@ impl Publisher {
                     .await
                     .map_err(|e| StoreError::Unavailable(e.to_string()))??
             };
-            let status: SharedStatus = Arc::new(std::sync::Mutex::new(SinkStatus {
-                name: spec.name.clone(),
-                kind: spec.sink.kind(),
-                position,
-                state: SinkState::Running,
-                last_error: None,
-                delivered: 0,
-                retries: 0,
-                dead_lettered: 0,
-                oldest_unconfirmed_at: None,
-            }));
+            let status = status::starting(&spec.name, spec.sink.kind(), position);
             let lane = Lane {
                 trail: trail.clone(),
                 spec,
@@ -589,17 +579,7 @@ mod tests {
             ..TrailOptions::default()
         };
         let trail = Trail::start(store.clone(), options, Arc::new(SystemClock)).unwrap();
-        let status: SharedStatus = Arc::new(std::sync::Mutex::new(SinkStatus {
-            name: "s".into(),
-            kind: "file",
-            position: 0,
-            state: SinkState::Running,
-            last_error: None,
-            delivered: 0,
-            retries: 0,
-            dead_lettered: 0,
-            oldest_unconfirmed_at: None,
-        }));
+        let status = status::starting("s", "file", 0);
         #[cfg(feature = "failpoints")]
         let _slow = {
             let scenario = fail::FailScenario::setup();

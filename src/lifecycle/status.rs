@@ -44,6 +44,21 @@ pub struct SinkStatus {
 /// A sink's status, shared between its loop (writer) and the API (reader).
 pub type SharedStatus = Arc<Mutex<SinkStatus>>;
 
+/// The status of a sink starting at `position`: running, nothing counted yet.
+pub fn starting(name: &str, kind: &'static str, position: u64) -> SharedStatus {
+    Arc::new(Mutex::new(SinkStatus {
+        name: name.to_owned(),
+        kind,
+        position,
+        state: SinkState::Running,
+        last_error: None,
+        delivered: 0,
+        retries: 0,
+        dead_lettered: 0,
+        oldest_unconfirmed_at: None,
+    }))
+}
+
 /// Read a shared status (a poisoned lock still holds the last status written).
 pub fn snapshot(status: &SharedStatus) -> SinkStatus {
     match status.lock() {
