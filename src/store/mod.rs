@@ -171,34 +171,9 @@ impl Store {
         cf: Cf,
         prefix: &[u8],
         from: &[u8],
-        visit: impl FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<(), StoreError> {
-        self.scan_with(ReadOptions::default(), cf, prefix, from, visit)
-    }
-
-    /// [`scan`](Store::scan) for data read once (the publisher draining a backlog): the
-    /// blocks it reads do not go into the block cache, so a long drain neither grows the
-    /// process nor evicts what point lookups keep there.
-    pub fn scan_once(
-        &self,
-        cf: Cf,
-        prefix: &[u8],
-        from: &[u8],
-        visit: impl FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<(), StoreError> {
-        let mut ro = ReadOptions::default();
-        ro.fill_cache(false);
-        self.scan_with(ro, cf, prefix, from, visit)
-    }
-
-    fn scan_with(
-        &self,
-        mut ro: ReadOptions,
-        cf: Cf,
-        prefix: &[u8],
-        from: &[u8],
         mut visit: impl FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
+        let mut ro = ReadOptions::default();
         // Bound the iterator so RocksDB stops at the end of the prefix instead of walking
         // tombstones beyond it.
         if let Some(upper) = prefix_upper_bound(prefix) {
@@ -218,8 +193,9 @@ impl Store {
     }
 
     /// A cursor over the entries of `cf` whose keys start with `prefix`, for data read once
-    /// (the publisher's pages): like [`scan_once`](Store::scan_once), it leaves the block
-    /// cache alone. Several cursors may walk the store side by side.
+    /// (the publisher's pages): the blocks it reads do not go into the block cache, so a long
+    /// drain neither grows the process nor evicts what point lookups keep there. Several
+    /// cursors may walk the store side by side.
     pub fn cursor(&self, cf: Cf, prefix: &[u8]) -> Cursor<'_> {
         let mut ro = ReadOptions::default();
         ro.fill_cache(false);
