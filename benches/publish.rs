@@ -70,7 +70,9 @@ fn main() {
         if part("kafka") {
             report("kafka (mock)", "bare producer", &kafka(&brokers, events).await);
         }
-        if part("broker") {
+        if part("broker") && !broker::installed() {
+            println!("kafka (tansu) skipped: tansu is not installed (scripts/tansu installs it)");
+        } else if part("broker") {
             let broker = broker::Broker::start();
             broker.create_topic(TOPIC, 8).await;
             report("kafka (tansu)", "bare producer", &kafka(&broker.address, events).await);
