@@ -18,12 +18,9 @@ async fn a_store_that_cannot_be_written_refuses_the_change_and_applies_nothing()
     let dir = tempfile::tempdir().unwrap();
     let trail = open_trail(dir.path(), true);
     fail::cfg("audit::write", "return").unwrap();
-    let mut tasks = vec![];
-    for i in 0..10 {
-        tasks.push(spawn_change(&trail, move |trail| async move {
-            create_source(&trail, ctx("f"), &format!("s{i}"), "x").await
-        }));
-    }
+    let tasks = spawn_each(&trail, 10, |trail, i| async move {
+        create_source(&trail, ctx("f"), &format!("s{i}"), "x").await
+    });
     for t in tasks {
         assert_eq!(t.await.unwrap().unwrap_err(), CommitError::StoreUnavailable);
     }
@@ -50,6 +47,17 @@ where
     T: Send + 'static,
 {
     tokio::spawn(change(trail.clone()))
+}
+
+/// `n` changes, each in its own task, given its index.
+fn spawn_each<T, F>(trail: &Trail, n: u64, change: impl Fn(Trail, u64) -> F) -> Vec<JoinHandle<T>>
+where
+    F: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    (0..n)
+        .map(|i| spawn_change(trail, |trail| change(trail, i)))
+        .collect()
 }
 
 /// Holds the next group handed to the syncer for a while, and has every group handed over
@@ -152,35 +160,32 @@ async fn under_failing_batches_every_answer_matches_the_store_and_seqs_stay_dens
     let trail = open_trail(dir.path(), true);
     // One batch in five fails: groups prepared on top of a failed one are abandoned too.
     fail::cfg("audit::write", "20%return").unwrap();
-    let mut tasks = vec![];
-    for t in 0..16 {
-        tasks.push(spawn_change(&trail, move |trail| async move {
-            // (seq of every change that was answered "committed", revisions it made)
-            let mut committed = vec![];
-            let mut created = vec![];
-            for i in 0..40 {
-                let id = format!("c{t}-{i}");
-                match create_source(&trail, ctx("a"), &id, "x").await {
+    let tasks = spawn_each(&trail, 16, |trail, t| async move {
+        // (seq of every change that was answered "committed", revisions it made)
+        let mut committed = vec![];
+        let mut created = vec![];
+        for i in 0..40 {
+            let id = format!("c{t}-{i}");
+            match create_source(&trail, ctx("a"), &id, "x").await {
+                Ok(c) => {
+                    committed.push(c.seq);
+                    created.push((id.clone(), 1u64));
+                }
+                Err(e) => assert_eq!(e, CommitError::StoreUnavailable),
+            }
+            if let Some((id, revision)) = created.last_mut() {
+                match update_secret(&trail, ctx("b"), id, "y").await {
                     Ok(c) => {
                         committed.push(c.seq);
-                        created.push((id.clone(), 1u64));
+                        *revision += 1;
+                        assert_eq!(c.value["revision"], json!(*revision));
                     }
                     Err(e) => assert_eq!(e, CommitError::StoreUnavailable),
                 }
-                if let Some((id, revision)) = created.last_mut() {
-                    match update_secret(&trail, ctx("b"), id, "y").await {
-                        Ok(c) => {
-                            committed.push(c.seq);
-                            *revision += 1;
-                            assert_eq!(c.value["revision"], json!(*revision));
-                        }
-                        Err(e) => assert_eq!(e, CommitError::StoreUnavailable),
-                    }
-                }
             }
-            (committed, created)
-        }));
-    }
+        }
+        (committed, created)
+    });
     let mut committed = vec![];
     let mut created = vec![];
     for t in tasks {
@@ -238,19 +243,16 @@ async fn at_a_ceiling_under_failing_batches_the_counters_stay_true() {
     // Every change prunes the oldest row; a failed batch must leave its deletions undone
     // and the head of the trail where the last written batch left it.
     fail::cfg("audit::write", "20%return").unwrap();
-    let mut tasks = vec![];
-    for t in 0..16 {
-        tasks.push(spawn_change(&trail, move |trail| async move {
-            let mut committed = 0u64;
-            for i in 0..30 {
-                match create_source(&trail, ctx("a"), &format!("c{t}-{i}"), "x").await {
-                    Ok(_) => committed += 1,
-                    Err(e) => assert_eq!(e, CommitError::StoreUnavailable),
-                }
+    let tasks = spawn_each(&trail, 16, |trail, t| async move {
+        let mut committed = 0u64;
+        for i in 0..30 {
+            match create_source(&trail, ctx("a"), &format!("c{t}-{i}"), "x").await {
+                Ok(_) => committed += 1,
+                Err(e) => assert_eq!(e, CommitError::StoreUnavailable),
             }
-            committed
-        }));
-    }
+        }
+        committed
+    });
     let mut n = 0;
     for t in tasks {
         n += t.await.unwrap();
