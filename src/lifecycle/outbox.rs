@@ -250,6 +250,7 @@ mod tests {
         let (store, trail) = open(dir.path());
         change(&trail, "routes/r\"1\u{e9}", Some("t\\1"), true).await;
         change(&trail, "routes/r2", None, true).await;
+        change(&trail, "routes/r3", Some("t3"), true).await;
         let mut seen = vec![];
         visit(&store, 0, 10, |row, _| {
             seen.push((
@@ -272,6 +273,7 @@ mod tests {
                     true
                 ),
                 ("routes/r2".to_owned(), true, None, true),
+                ("routes/r3".to_owned(), true, Some(("t3".to_owned(), true)), true),
             ]
         );
         trail.shutdown().await;
