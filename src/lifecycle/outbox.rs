@@ -273,7 +273,12 @@ mod tests {
                     true
                 ),
                 ("routes/r2".to_owned(), true, None, true),
-                ("routes/r3".to_owned(), true, Some(("t3".to_owned(), true)), true),
+                (
+                    "routes/r3".to_owned(),
+                    true,
+                    Some(("t3".to_owned(), true)),
+                    true
+                ),
             ]
         );
         trail.shutdown().await;
