@@ -11,7 +11,8 @@
 //! - Latency: commit-to-confirmed (the sink's persisted position covers the row) p50/p99 at a
 //!   steady 1,000 changes/s for 5 s, Kafka MockCluster sink.
 //! - Memory: peak RSS of a process draining a 500,000-event backlog to a file sink (the store
-//!   is filled by another process first, so only the drain counts).
+//!   is filled by another process first, so only the drain counts), and its RSS once the store
+//!   is open, before the drain (with the part of it that is mapped code).
 //!
 //! Run with `cargo bench --bench publish` (release). `ANKUSA_BENCH_EVENTS` scales the backlog;
 //! `ANKUSA_BENCH_BATCH` sets the publisher's batch (default 1000); `ANKUSA_BENCH_IN_FLIGHT` its attempts in flight (default 4); `ANKUSA_BENCH_ONLY` picks
@@ -87,9 +88,12 @@ fn main() {
     });
     if part("rss") {
         let rss = rss_drain(500_000);
+        let mib = |kib: u64| kib as f64 / 1024.0;
         println!(
-            "peak RSS draining 500000 events to a file sink: {:.1} MiB",
-            rss as f64 / 1024.0
+            "peak RSS draining 500000 events to a file sink: {:.1} MiB (before the drain, store open: {:.1} MiB, of which {:.1} MiB mapped files)",
+            mib(rss.peak),
+            mib(rss.before),
+            mib(rss.before_files)
         );
     }
 }
@@ -450,8 +454,16 @@ async fn latency(brokers: &str) -> (f64, f64, f64) {
     (pct(0.50), pct(0.99), *latencies.last().unwrap())
 }
 
-/// Fill a store with `n` rows in one process, drain it in another; the drain's peak RSS (KiB).
-fn rss_drain(n: u64) -> u64 {
+/// The memory of a drain process, KiB: its peak, and its resident set once the store was
+/// open but before the drain began (all of it, and the part that is mapped files: code).
+struct DrainMemory {
+    peak: u64,
+    before: u64,
+    before_files: u64,
+}
+
+/// Fill a store with `n` rows in one process, drain it in another; the drain's memory.
+fn rss_drain(n: u64) -> DrainMemory {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
     let me = std::env::current_exe().unwrap();
@@ -473,7 +485,28 @@ fn rss_drain(n: u64) -> u64 {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    let figures: Vec<u64> = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(|f| f.parse().unwrap())
+        .collect();
+    DrainMemory {
+        peak: figures[0],
+        before: figures[1],
+        before_files: figures[2],
+    }
+}
+
+/// A `/proc/self/status` figure in KiB (`VmHWM`, `VmRSS`, `RssFile`...).
+fn status_kib(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status
+        .lines()
+        .find(|l| {
+            l.strip_prefix(field)
+                .is_some_and(|rest| rest.starts_with(':'))
+        })
+        .unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
 fn fill_process(store: &str, n: u64) {
@@ -487,8 +520,9 @@ fn fill_process(store: &str, n: u64) {
 
 fn drain_process(store: &str, n: u64) {
     let runtime = runtime();
-    runtime.block_on(async {
+    let before = runtime.block_on(async {
         let trail = trail(std::path::Path::new(store), &["file"]);
+        let before = (status_kib("VmRSS"), status_kib("RssFile"));
         let path = std::path::Path::new(store).with_extension("jsonl");
         let sink = FileSink::new(FileConfig {
             path,
@@ -498,10 +532,9 @@ fn drain_process(store: &str, n: u64) {
         drain(&trail, Arc::new(sink), "file").await;
         assert_eq!(*trail.committed().borrow(), n);
         trail.shutdown().await;
+        before
     });
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let hwm = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
-    println!("{}", hwm.split_whitespace().nth(1).unwrap());
+    println!("{} {} {}", status_kib("VmHWM"), before.0, before.1);
 }
 
 /// Drain a store filled by `--fill` to a Kafka MockCluster and print the rate: the drain
