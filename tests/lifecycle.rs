@@ -188,19 +188,14 @@ async fn an_entity_whose_row_is_gone_is_passed_over_and_the_rows_after_it_are_no
             .await
             .unwrap();
     }
+    let at = ankusa::audit::get(trail.store(), 4).unwrap().unwrap().at;
     trail.shutdown().await;
     drop(trail);
     // Damage, with the node stopped: row 4 gone, its outbox entity left behind.
     {
-        let names: Vec<&str> = Cf::ALL.iter().map(|cf| cf.name()).collect();
-        let db = rocksdb::DB::open_cf(&rocksdb::Options::default(), dir.path(), names).unwrap();
+        let db = open_stopped(dir.path());
         let audit = db.cf_handle(Cf::Audit.name()).unwrap();
-        let row4 = db
-            .prefix_iterator_cf(audit, [keys::ROW])
-            .map(|entry| entry.unwrap().0)
-            .find(|k| keys::decode_row_key(k).map(|(seq, _)| seq) == Some(4))
-            .unwrap();
-        db.delete_cf(audit, row4).unwrap();
+        db.delete_cf(audit, keys::row_key(4, at)).unwrap();
         assert!(db.get_cf(audit, keys::outbox_key(4)).unwrap().is_some());
     }
     let trail = open_trail_with_sinks(dir.path(), &["file"]);

@@ -164,8 +164,7 @@ async fn the_slowest_of_two_sinks_holds_the_rows() {
 
 /// Open the store's RocksDB directly (the node is stopped) to damage `m:audit_usage`.
 fn damage_usage(dir: &Path, value: Option<&[u8]>) {
-    let names: Vec<&str> = Cf::ALL.iter().map(|cf| cf.name()).collect();
-    let db = rocksdb::DB::open_cf(&rocksdb::Options::default(), dir, names).unwrap();
+    let db = open_stopped(dir);
     let audit = db.cf_handle(Cf::Audit.name()).unwrap();
     let key = keys::meta_key(meta::AUDIT_USAGE);
     match value {

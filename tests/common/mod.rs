@@ -39,6 +39,13 @@ pub fn open_trail_with(dir: &Path, options: TrailOptions) -> Trail {
     Trail::start(store, options, Arc::new(SystemClock)).expect("start trail")
 }
 
+/// The RocksDB of the stopped store in `dir`, opened directly with every column family, for
+/// tests that damage a store the way a bug or a disk could.
+pub fn open_stopped(dir: &Path) -> rocksdb::DB {
+    let names: Vec<&str> = Cf::ALL.iter().map(|cf| cf.name()).collect();
+    rocksdb::DB::open_cf(&rocksdb::Options::default(), dir, names).expect("open stopped store")
+}
+
 /// An operator context.
 pub fn ctx(actor: &str) -> Context {
     Context::new(
