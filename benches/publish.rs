@@ -214,14 +214,25 @@ async fn drain(trail: &Trail, sink: Arc<dyn Sink>, name: &str) -> f64 {
 /// The events of the whole backlog, built exactly as the publisher builds them.
 fn events_of(trail: &Trail) -> Vec<ankusa_sinks::Event> {
     let mut events = vec![];
-    outbox::visit(trail.store(), 0, usize::MAX, |row, entity| {
+    build_events(trail, 0, usize::MAX, &mut events);
+    events
+}
+
+/// Read up to `limit` flagged rows after `after` and build their events into `events`, as the
+/// publisher's reader does; how far the read went.
+fn build_events(
+    trail: &Trail,
+    after: u64,
+    limit: usize,
+    events: &mut Vec<ankusa_sinks::Event>,
+) -> outbox::Visited {
+    outbox::visit(trail.store(), after, limit, |row, entity| {
         events.push(
             ankusa::lifecycle::event::build(&row, entity, trail.history(), "urn:ankusa:bench")
                 .unwrap(),
         )
     })
-    .unwrap();
-    events
+    .unwrap()
 }
 
 /// Rounds of each throughput comparison (after a warm-up round): ours then the bare
@@ -567,18 +578,7 @@ fn read_process(store: &str) {
             let (mut after, mut events) = (0, 0usize);
             loop {
                 let mut page = Vec::with_capacity(1000);
-                let visited = outbox::visit(trail.store(), after, 1000, |row, entity| {
-                    page.push(
-                        ankusa::lifecycle::event::build(
-                            &row,
-                            entity,
-                            trail.history(),
-                            "urn:ankusa:bench",
-                        )
-                        .unwrap(),
-                    )
-                })
-                .unwrap();
+                let visited = build_events(&trail, after, 1000, &mut page);
                 events += page.len();
                 match visited.last {
                     Some(last) if visited.entities == 1000 => after = last,
