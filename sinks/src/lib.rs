@@ -13,10 +13,12 @@
 
 #![forbid(unsafe_code)]
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use async_trait::async_trait;
 
+use cloudevents::event::ExtensionValue;
 pub use cloudevents::Event;
 
 pub mod config;
@@ -141,7 +143,11 @@ pub trait Sink: Send + Sync {
 }
 
 /// The event's `partitionkey` extension (the Kafka record key and the webhook ordering key),
-/// if it has one.
-pub fn partition_key(event: &Event) -> Option<String> {
-    event.extension("partitionkey").map(ToString::to_string)
+/// if it has one: borrowed from the event when it is a string, as it always is for the
+/// publisher's events.
+pub fn partition_key(event: &Event) -> Option<Cow<'_, str>> {
+    match event.extension("partitionkey")? {
+        ExtensionValue::String(key) => Some(Cow::Borrowed(key)),
+        other => Some(Cow::Owned(other.to_string())),
+    }
 }

@@ -15,8 +15,6 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use cloudevents::event::ExtensionValue;
-use cloudevents::Event;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::ClientConfig;
@@ -159,7 +157,7 @@ impl Sink for KafkaSink {
         let mut pending = Vec::with_capacity(events.len());
         let mut held_keys: HashSet<Option<Cow<'_, str>>> = HashSet::new();
         for (index, delivery) in events.iter().enumerate() {
-            let key = record_key(&delivery.event);
+            let key = partition_key(&delivery.event);
             if !held_keys.is_empty() && held_keys.contains(&key) {
                 outcomes[index] = Some(retry("earlier_event_of_key_failed"));
                 continue;
@@ -239,15 +237,6 @@ async fn reports(
         retire(producer);
     }
     outcomes
-}
-
-/// The record key: the event's `partitionkey` (see [`partition_key`]), borrowed from the
-/// event when it is a string, as it always is for the publisher's events.
-fn record_key(event: &Event) -> Option<Cow<'_, str>> {
-    match event.extension("partitionkey")? {
-        ExtensionValue::String(key) => Some(Cow::Borrowed(key)),
-        _ => partition_key(event).map(Cow::Owned),
-    }
 }
 
 fn create(config: &ClientConfig) -> Result<FutureProducer, SinkError> {

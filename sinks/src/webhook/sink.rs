@@ -157,6 +157,9 @@ impl WebhookSink {
     pub(crate) fn binary(&self, event: &Event) -> Result<Request, ()> {
         let mut request = Request::new(Method::POST, self.url.clone());
         let headers = request.headers_mut();
+        // Room for every header the request gets, the signature's three included, so the
+        // map is allocated once.
+        headers.reserve(event.iter().count() + 3);
         for (name, attribute) in event.iter() {
             let value = HeaderValue::from_str(&encoding::attribute_text(&attribute));
             headers.append(binary_header(name)?, value.map_err(|_| ())?);
@@ -271,15 +274,14 @@ fn binary_header(name: &str) -> Result<HeaderName, ()> {
 /// Indices of `events` grouped by partition key, each group in slice order; groups in order
 /// of first appearance. Events without a key share one group (ordered, conservatively).
 fn lanes_by_key(events: &[Delivery]) -> Vec<Vec<usize>> {
-    let mut lane_of: HashMap<Option<String>, usize> = HashMap::new();
+    let mut lane_of: HashMap<Option<Cow<'_, str>>, usize> = HashMap::with_capacity(events.len());
     let mut lanes: Vec<Vec<usize>> = Vec::new();
     for (index, delivery) in events.iter().enumerate() {
-        let lane = *lane_of
-            .entry(partition_key(&delivery.event))
-            .or_insert_with(|| {
-                lanes.push(Vec::new());
-                lanes.len() - 1
-            });
+        let key = partition_key(&delivery.event);
+        let lane = *lane_of.entry(key).or_insert_with(|| {
+            lanes.push(Vec::new());
+            lanes.len() - 1
+        });
         lanes[lane].push(index);
     }
     lanes
@@ -287,10 +289,11 @@ fn lanes_by_key(events: &[Delivery]) -> Vec<Vec<usize>> {
 
 /// The outcome of a response with `status`.
 pub(crate) fn classify(status: StatusCode, headers: &HeaderMap, retry: &RetryPolicy) -> Outcome {
-    let reason = format!("http_{}", status.as_u16());
     if status.is_success() {
-        Outcome::Delivered
-    } else if status == StatusCode::GONE {
+        return Outcome::Delivered;
+    }
+    let reason = format!("http_{}", status.as_u16());
+    if status == StatusCode::GONE {
         Outcome::Disabled { reason }
     } else if status == StatusCode::REQUEST_TIMEOUT
         || status == StatusCode::TOO_MANY_REQUESTS
