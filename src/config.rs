@@ -136,7 +136,8 @@ impl TryFrom<String> for TrustedProxy {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LifecycleConfig {
-    /// Flag route and source changes and write their entities to the outbox.
+    /// Flag route and source changes and write their entities to the outbox. The publisher
+    /// runs while `sinks` is set either way, delivering what the outbox already holds.
     pub enabled: bool,
     /// The sinks the publisher delivers to, by name (each defined under `lifecycle.sink`).
     /// A list, so that a config file replaces it rather than adding to the default's.
@@ -210,7 +211,8 @@ pub struct AuditConfig {
     pub max_rows: u64,
     /// Most bytes (keys and values of rows and outbox entities) the trail holds; likewise.
     pub max_bytes: u64,
-    /// Lifecycle events not confirmed by every sink at which an operator's change is refused.
+    /// The outbox backlog (`m:audit_seq` minus the lifecycle cursor) at which an operator's
+    /// change is refused.
     pub outbox_max_backlog: u64,
 }
 

@@ -38,7 +38,9 @@ pub async fn serve(
     let data_dir = config.node.data_dir.clone();
     let options = TrailOptions {
         lifecycle: config.lifecycle.enabled,
-        sinks: lifecycle::configured_sinks(&config.lifecycle),
+        // Whether or not changes are still flagged: the sinks' positions hold back every row
+        // they have not seen (see `lifecycle::start`).
+        sinks: config.lifecycle.sinks.clone(),
         limits: config.audit.limits(),
         ..TrailOptions::default()
     };
@@ -100,6 +102,7 @@ pub async fn serve(
         trail: trail.clone(),
         ready: ready.clone(),
         admin: Arc::new(admin),
+        flagging: config.lifecycle.enabled,
         lifecycle: publisher.clone(),
         backup_dir: config.node.backup_dir.clone(),
         routes,

@@ -56,7 +56,7 @@ impl TrailMetrics {
             ),
             backlog: gauge(
                 "audit_outbox_backlog",
-                "Lifecycle events committed after the cursor (not confirmed by every sink)",
+                "Rows committed after the lifecycle cursor (m:audit_seq minus it)",
             ),
             ceilings: IntGaugeVec::new(
                 Opts::new("audit_ceiling", "Configured ceilings of the audit trail"),

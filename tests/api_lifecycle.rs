@@ -196,3 +196,88 @@ async fn status_dead_letters_redrive_and_drop() {
     );
     node.stop().await;
 }
+
+/// Lifecycle events turned off with a sink still listed: no new change is flagged, but the
+/// events already in the outbox still reach the sink; meanwhile its position holds the trail
+/// back (the cursor retention and the ceilings respect) and, once it is delivering, passes
+/// over the rows that publish nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turned_off_with_a_sink_listed_the_outbox_still_reaches_it() {
+    let (receiver, url) = Receiver::start(503).await;
+    let hook = move |v: &mut Value| {
+        v["lifecycle"]["sinks"] = json!(["hook"]);
+        v["lifecycle"]["sink"]["hook"] = json!({
+            "kind": "webhook", "url": url,
+            "secrets": ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
+            "retry": {"initial": "5ms", "max": "20ms", "max_retry_after": "20ms"},
+        });
+    };
+    let create = |id: &str| json!({"id": id, "kind": "webhook", "secret": "sekrit", "config": {}});
+    let node = TestNode::start_with(hook.clone()).await;
+    for id in ["s1", "s2"] {
+        let r = node
+            .call(
+                Method::POST,
+                "/admin/v1/tenants/t1/sources",
+                ADMIN,
+                Some(create(id)),
+            )
+            .await;
+        assert_eq!(r.status, 201, "{}", r.text);
+    }
+    // The receiver answers 503: both events wait in the outbox.
+    let dir = node.stop().await;
+
+    let node = TestNode::start_on(dir, |v| {
+        hook(v);
+        v["lifecycle"]["enabled"] = json!(false);
+    })
+    .await;
+    let s = node
+        .call(Method::GET, "/admin/v1/lifecycle", ADMIN, None)
+        .await
+        .json();
+    assert_eq!(s["enabled"], false);
+    assert_eq!(
+        s["cursor"], 0,
+        "the listed sink holds every row it has not seen"
+    );
+    assert_eq!(s["sinks"][0]["position"], 0);
+    let r = node
+        .call(
+            Method::POST,
+            "/admin/v1/tenants/t1/sources",
+            ADMIN,
+            Some(create("s3")),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(r.seq(), Some(3));
+    assert_eq!(
+        node.row(3).await["publish"],
+        false,
+        "nothing new is flagged"
+    );
+    let s = node
+        .call(Method::GET, "/admin/v1/lifecycle", ADMIN, None)
+        .await
+        .json();
+    assert_eq!(
+        s["backlog"], 3,
+        "m:audit_seq minus the cursor, the unflagged row included"
+    );
+
+    receiver.answer(200);
+    let s = eventually(&node, "/admin/v1/lifecycle", |s| s["cursor"] == 3).await;
+    assert_eq!(s["backlog"], 0);
+    assert_eq!(s["sinks"][0]["position"], 3);
+    // Two subjects, two keys: sent concurrently, so in either order.
+    let mut delivered = receiver.sequences();
+    delivered.sort_unstable();
+    assert_eq!(
+        delivered,
+        vec![1, 2],
+        "the events already in the outbox, once"
+    );
+    node.stop().await;
+}

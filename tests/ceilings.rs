@@ -232,26 +232,31 @@ async fn an_unconfirmed_backlog_refuses_changes_until_the_sink_confirms() {
 }
 
 #[tokio::test]
-async fn changes_that_are_not_events_do_not_fill_the_backlog() {
+async fn every_row_after_the_cursor_counts_in_the_backlog() {
     let dir = tempfile::tempdir().unwrap();
     let trail = open(dir.path(), &["hook"], limits(u64::MAX, u64::MAX, 5));
     for i in 1..=3 {
         create(&trail, i).await.unwrap();
     }
     trail.advance("hook", 3, vec![]).await.unwrap();
-    // The publisher only ever moves positions over events: a run of changes that are not
-    // events leaves the cursor where it is, and must not count as unconfirmed events.
-    for i in 1..=20 {
+    assert_eq!(trail.stats().backlog, 0);
+    // The sink is behind (nothing moves its position here): changes that are not events
+    // count too, the backlog being m:audit_seq minus the cursor.
+    for i in 1..=5 {
         set_override(&trail, i).await.unwrap();
     }
-    assert_eq!(trail.stats().backlog, 0);
-    assert_eq!(trail.stats().cursor, Some(3));
-    create(&trail, 4).await.unwrap();
+    assert_eq!(trail.stats().backlog, 5);
     assert_eq!(
-        trail.stats().backlog,
-        21,
-        "the newest event is 21 rows past the cursor"
+        set_override(&trail, 6).await,
+        Err(CommitError::AuditBacklog)
     );
+    assert_eq!(create(&trail, 4).await, Err(CommitError::AuditBacklog));
+    assert_eq!(trail.stats().backlog, 5, "a refusal takes no seq");
+    // The sink passes over them (as the publisher does with rows that publish nothing).
+    trail.advance("hook", 8, vec![]).await.unwrap();
+    assert_eq!(trail.stats().backlog, 0);
+    assert_eq!(create(&trail, 4).await, Ok(9));
+    assert_eq!(trail.stats().backlog, 1);
     trail.shutdown().await;
 }
 

@@ -45,7 +45,7 @@ pub async fn status(
         .map(Publisher::statuses)
         .unwrap_or_default();
     Ok(Json(json!({
-        "enabled": state.lifecycle.is_some(),
+        "enabled": state.flagging,
         "audit_seq": audit_seq,
         "cursor": trail.cursor.unwrap_or(0),
         "backlog": trail.backlog,

@@ -48,7 +48,10 @@ pub struct AppState {
     pub ready: Arc<AtomicBool>,
     /// The admin API's tokens and settings.
     pub admin: Arc<AdminState>,
-    /// The lifecycle publisher, when lifecycle events are on and sinks are configured.
+    /// Whether changes are flagged for lifecycle events (`lifecycle.enabled`).
+    pub flagging: bool,
+    /// The lifecycle publisher, when sinks are configured (whether or not changes are still
+    /// flagged: it delivers what the outbox holds).
     pub lifecycle: Option<Arc<crate::lifecycle::Publisher>>,
     /// Where `POST /admin/v1/backups` puts backups (`node.backup_dir`).
     pub backup_dir: std::path::PathBuf,

@@ -88,7 +88,7 @@ pub struct TrailStats {
     /// The last seq every configured sink confirmed; `None` when no sink is configured (then
     /// nothing holds rows back).
     pub cursor: Option<u64>,
-    /// Events committed after the cursor (`0` without sinks).
+    /// Rows committed after the cursor, `m:audit_seq` minus it (`0` without sinks).
     pub backlog: u64,
     /// Changes refused with `AuditBacklog` since start.
     pub refused: u64,

@@ -155,7 +155,7 @@ impl Trail {
             usage: boot.usage,
             ceilings: options.limits.ceilings(),
             cursor,
-            backlog: prune::backlog(cursor, boot.last_event),
+            backlog: prune::backlog(cursor, boot.last_seq),
             ..TrailStats::default()
         });
         crate::telemetry::ceilings(&options.limits.ceilings());
@@ -164,7 +164,6 @@ impl Trail {
             last_at: boot.last_at,
             usage: boot.usage,
             positions: boot.positions,
-            last_event: boot.last_event,
         };
         let writer = Writer {
             store: store.clone(),

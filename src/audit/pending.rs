@@ -215,7 +215,7 @@ pub(crate) fn begin(w: &mut Writer, g: &mut Group, at: u64, req: Begin) -> Answe
     } = req;
     let exempt = ctx.is_system();
     let cursor = prune::cursor(&g.positions);
-    if !exempt && prune::backlog(cursor, g.last_event) >= w.limits.outbox_max_backlog {
+    if !exempt && prune::backlog(cursor, g.seq) >= w.limits.outbox_max_backlog {
         return refuse(g, "backlog", reply);
     }
     let (kind, locator) = change
@@ -409,7 +409,6 @@ fn into_trail(
     g.batch.put_cf(audit, keys::row_key(g.seq, at), &value);
     if let Some(entity) = &entity {
         g.batch.put_cf(audit, keys::outbox_key(g.seq), entity);
-        g.last_event = g.seq;
     }
     g.usage.rows += 1;
     g.usage.bytes += bytes;

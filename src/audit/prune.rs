@@ -37,13 +37,12 @@ pub(crate) fn below(cursor: Option<u64>, last_seq: u64) -> u64 {
     cursor.map_or(written, |c| c.min(written))
 }
 
-/// Events no sink has confirmed: from the cursor to the newest row with an event. That is
-/// `m:audit_seq` minus the cursor whenever the newest row is an event; rows after the newest
-/// event carry nothing for a sink to confirm (the publisher moves positions over events
-/// only), so they must not count, or a run of unflagged changes would refuse every change
-/// that could move the cursor again.
-pub(crate) fn backlog(cursor: Option<u64>, last_event: u64) -> u64 {
-    cursor.map_or(0, |c| last_event.saturating_sub(c))
+/// The outbox backlog: `m:audit_seq` (`last_seq`) minus the cursor, the rows not every sink
+/// has passed (0 without sinks). A healthy sink's position passes over rows that publish
+/// nothing as soon as the publisher reads past them, so only a sink that is behind (down,
+/// retrying, disabled) makes it grow, with every change, event or not.
+pub(crate) fn backlog(cursor: Option<u64>, last_seq: u64) -> u64 {
+    cursor.map_or(0, |c| last_seq.saturating_sub(c))
 }
 
 /// A row at the head of the trail: what deleting it and counting it out needs.

@@ -100,11 +100,6 @@ impl Staged {
         Staged { row, value, entity }
     }
 
-    /// Whether it is a lifecycle event.
-    pub(crate) fn is_event(&self) -> bool {
-        self.row.publish
-    }
-
     /// The bytes it adds to the trail, keys and values, as `m:audit_usage` counts them.
     pub(crate) fn bytes(&self) -> u64 {
         let entity = self

@@ -42,8 +42,6 @@ pub(crate) struct Tally {
     pub usage: Usage,
     /// The position of every configured lifecycle sink; `m:lifecycle_cursor` is their minimum.
     pub positions: BTreeMap<String, u64>,
-    /// The seq of the newest row with a lifecycle event: the outbox backlog runs to it.
-    pub last_event: u64,
 }
 
 /// A request taken into a group, waiting for the group's fate to be answered.
@@ -174,7 +172,7 @@ impl Syncer {
     /// group just answered pruned (only if written) and refused.
     fn note(&self, pruned: Pruned, refused: u64) {
         let cursor = prune::cursor(&self.written.positions);
-        let backlog = prune::backlog(cursor, self.written.last_event);
+        let backlog = prune::backlog(cursor, self.written.last_seq);
         let usage = self.written.usage;
         self.stats.update(|s| {
             s.usage = usage;

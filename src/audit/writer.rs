@@ -161,8 +161,6 @@ pub(crate) struct Boot {
     pub usage: Usage,
     pub history: History,
     pub positions: BTreeMap<String, u64>,
-    /// The seq of the newest row with a lifecycle event (an entity in the outbox).
-    pub last_event: u64,
     /// `m:refresh_pending`: the first seq of the restored incarnation whose remote subjects
     /// are still to be refreshed.
     pub refresh_pending: Option<u64>,
@@ -206,10 +204,6 @@ pub(crate) fn boot(store: &Store, sinks: &[String]) -> Result<Boot, StoreError> 
     if rewrite {
         batch.put_cf(audit, keys::meta_key(meta::AUDIT_USAGE), usage.encode());
     }
-    let last_event = store
-        .last(Cf::Audit, &[keys::OUTBOX])?
-        .and_then(|(k, _)| keys::decode_seq_key(keys::OUTBOX, &k))
-        .unwrap_or(0);
     let refresh_pending = store
         .meta(meta::REFRESH_PENDING)?
         .map(|v| crate::store::decode_u64(&v).unwrap_or(0));
@@ -228,7 +222,6 @@ pub(crate) fn boot(store: &Store, sinks: &[String]) -> Result<Boot, StoreError> 
         usage,
         history,
         positions,
-        last_event,
         refresh_pending,
     })
 }
@@ -330,7 +323,6 @@ pub(super) struct Group {
     pub(super) usage: Usage,
     pub(super) seq: u64,
     pub(super) positions: BTreeMap<String, u64>,
-    pub(super) last_event: u64,
     pub(super) pruned: Pruned,
     pub(super) refused: u64,
 }
@@ -569,7 +561,6 @@ impl Writer {
                 usage: self.tally.usage,
                 seq: self.tally.last_seq,
                 positions: self.tally.positions.clone(),
-                last_event: self.tally.last_event,
                 pruned: Pruned::default(),
                 refused: 0,
             },
@@ -666,7 +657,6 @@ impl Writer {
             last_at: at,
             usage: g.usage,
             positions: g.positions,
-            last_event: g.last_event,
         };
         self.tally = tally.clone();
         self.unsynced.push_back(g.overlay);
@@ -699,7 +689,7 @@ impl Writer {
         // A change the node makes itself is never refused: it may push the trail over.
         let exempt = ctx.is_system();
         let cursor = prune::cursor(&g.positions);
-        if !exempt && prune::backlog(cursor, g.last_event) >= self.limits.outbox_max_backlog {
+        if !exempt && prune::backlog(cursor, g.seq) >= self.limits.outbox_max_backlog {
             return refuse(g, "backlog");
         }
         let mut tx = Tx::new(&self.store, &g.overlay, &self.unsynced);
@@ -756,9 +746,6 @@ impl Writer {
                 None => g.batch.delete_cf(self.store.cf(cf), &key),
             }
             g.overlay.insert((cf, key), value);
-        }
-        if staged.is_event() {
-            g.last_event = g.seq;
         }
         let row = staged.put(self.store.cf(Cf::Audit), &mut g.batch, &mut g.usage);
         Admitted::Row(Box::new(row))

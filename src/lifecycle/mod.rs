@@ -39,25 +39,20 @@ pub enum LifecycleError {
     Store(#[from] StoreError),
 }
 
-/// The sink names whose positions make `m:lifecycle_cursor` under `config`.
-pub fn configured_sinks(config: &LifecycleConfig) -> Vec<String> {
-    if config.enabled {
-        config.sinks.clone()
-    } else {
-        Vec::new()
-    }
-}
-
-/// Build the configured sinks and start the publisher (`None` when lifecycle events are off
-/// or no sink is configured). A failing healthcheck is logged, not fatal: the sink's loop
-/// retries until the destination comes up, and the outbox keeps every event meanwhile.
+/// Build the configured sinks and start the publisher (`None` when no sink is configured).
+/// It runs whether or not new changes are still flagged (`enabled`): while `lifecycle.sinks`
+/// is set their positions hold rows back from retention and the ceilings, so the events
+/// already in the outbox must still reach them, and their positions must still pass over the
+/// rows that publish nothing, or the backlog would refuse every change. A failing
+/// healthcheck is logged, not fatal: the sink's loop retries until the destination comes up,
+/// and the outbox keeps every event meanwhile.
 pub async fn start(
     config: &LifecycleConfig,
     source: &str,
     trail: &Trail,
     shutdown: CancellationToken,
 ) -> Result<Option<Publisher>, LifecycleError> {
-    let names = configured_sinks(config);
+    let names = config.sinks.clone();
     if names.is_empty() {
         return Ok(None);
     }
