@@ -261,6 +261,40 @@ async fn every_row_after_the_cursor_counts_in_the_backlog() {
 }
 
 #[tokio::test]
+async fn the_stored_cursor_follows_the_sinks_configured_at_boot() {
+    let dir = tempfile::tempdir().unwrap();
+    let no_limits = || limits(u64::MAX, u64::MAX, u64::MAX);
+    // m:lifecycle_cursor as stored, and the cursor the writer holds rows back with.
+    let boot = |sinks: &'static [&'static str]| {
+        let trail = open(dir.path(), sinks, no_limits());
+        let stored = trail.store().meta(meta::LIFECYCLE_CURSOR).unwrap();
+        let stored = stored.map(|v| u64::from_be_bytes(v.try_into().unwrap()));
+        let cursor = trail.stats().cursor;
+        (trail, stored, cursor)
+    };
+    let trail = open(dir.path(), &["a"], no_limits());
+    for i in 1..=3 {
+        create(&trail, i).await.unwrap();
+    }
+    trail.advance("a", 3, vec![]).await.unwrap();
+    trail.shutdown().await;
+    drop(trail);
+    for (sinks, expected) in [
+        (&["a"][..], Some(3)),
+        // A sink added starts at 0, and so does the cursor.
+        (&["a", "b"][..], Some(0)),
+        // Back to the first sink alone: its position.
+        (&["a"][..], Some(3)),
+        // No sink: no cursor.
+        (&[][..], None),
+    ] {
+        let (trail, stored, cursor) = boot(sinks);
+        assert_eq!((stored, cursor), (expected, expected), "sinks {sinks:?}");
+        trail.shutdown().await;
+    }
+}
+
+#[tokio::test]
 async fn without_sinks_nothing_holds_rows_back() {
     let dir = tempfile::tempdir().unwrap();
     let trail = open(dir.path(), &[], limits(5, u64::MAX, 1));

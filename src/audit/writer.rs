@@ -211,6 +211,16 @@ pub(crate) fn boot(store: &Store, sinks: &[String]) -> Result<Boot, StoreError> 
     for sink in sinks {
         positions.insert(sink.clone(), store.meta_u64(&meta::sink_cursor(sink))?);
     }
+    // m:lifecycle_cursor is the minimum over the sinks configured now: a sink added (at 0)
+    // or removed since the last advance moves it, and with none configured there is none.
+    let cursor = prune::cursor(&positions).map(|c| c.to_be_bytes().to_vec());
+    if store.meta(meta::LIFECYCLE_CURSOR)? != cursor {
+        let key = keys::meta_key(meta::LIFECYCLE_CURSOR);
+        match cursor {
+            Some(cursor) => batch.put_cf(audit, key, cursor),
+            None => batch.delete_cf(audit, key),
+        }
+    }
     if !batch.is_empty() {
         // Synced: the audit key must never change once a hash was made with it.
         store.write(batch, true)?;
