@@ -32,7 +32,10 @@ use crate::telemetry;
 pub const PENDING_FORMAT: u32 = 1;
 
 /// A pending row: what a begun change is about to do. Never a secret or a spec, like a row;
-/// only the entity its event will carry, redacted, when lifecycle events are on.
+/// only the entity its event will carry, redacted, when lifecycle events are on. (The trail
+/// row it becomes does not hold it: finishing moves it to `o`+seq. It must be here until
+/// then, because a delete's event carries the subject as it was, which a settlement after a
+/// crash cannot read back; pending rows are not served by any API.)
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PendingRow {
     /// Format version ([`PENDING_FORMAT`]).
