@@ -24,30 +24,42 @@ async fn eventually(node: &TestNode, path: &str, check: impl Fn(&Value) -> bool)
     panic!("timed out waiting on {path}");
 }
 
+/// Lists `sinks` and defines sink `hook`: a webhook to `url` that retries quickly.
+fn hook_sink(v: &mut Value, sinks: Value, url: &str) {
+    v["lifecycle"]["sinks"] = sinks;
+    v["lifecycle"]["sink"]["hook"] = json!({
+        "kind": "webhook", "url": url,
+        "secrets": ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
+        "retry": {"initial": "5ms", "max": "20ms", "max_retry_after": "20ms"},
+    });
+}
+
+/// Creates source `id` of tenant t1 (a lifecycle event) and returns the reply.
+async fn create_source(node: &TestNode, id: &str) -> Reply {
+    let source = json!({"id": id, "kind": "webhook", "secret": "sekrit", "config": {}});
+    let r = node
+        .call(
+            Method::POST,
+            "/admin/v1/tenants/t1/sources",
+            ADMIN,
+            Some(source),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    r
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_dead_letters_redrive_and_drop() {
     let (receiver, url) = Receiver::start(400).await;
     let node = TestNode::start_with(|v| {
         let path = v["node"]["data_dir"].as_str().unwrap().to_owned() + "/events.jsonl";
-        v["lifecycle"]["sinks"] = json!(["file", "hook"]);
+        hook_sink(v, json!(["file", "hook"]), &url);
         v["lifecycle"]["sink"]["file"]["path"] = json!(path);
-        v["lifecycle"]["sink"]["hook"] = json!({
-            "kind": "webhook", "url": url,
-            "secrets": ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
-            "retry": {"initial": "5ms", "max": "20ms", "max_retry_after": "20ms"},
-        });
     })
     .await;
     for id in ["s1", "s2"] {
-        let r = node
-            .call(
-                Method::POST,
-                "/admin/v1/tenants/t1/sources",
-                ADMIN,
-                Some(json!({"id": id, "kind": "webhook", "secret": "sekrit", "config": {}})),
-            )
-            .await;
-        assert_eq!(r.status, 201, "{}", r.text);
+        create_source(&node, id).await;
     }
     // Both events reach the file sink; the webhook refuses both for good (400).
     let s = eventually(&node, "/admin/v1/lifecycle", |s| {
@@ -204,26 +216,10 @@ async fn status_dead_letters_redrive_and_drop() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn turned_off_with_a_sink_listed_the_outbox_still_reaches_it() {
     let (receiver, url) = Receiver::start(503).await;
-    let hook = move |v: &mut Value| {
-        v["lifecycle"]["sinks"] = json!(["hook"]);
-        v["lifecycle"]["sink"]["hook"] = json!({
-            "kind": "webhook", "url": url,
-            "secrets": ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
-            "retry": {"initial": "5ms", "max": "20ms", "max_retry_after": "20ms"},
-        });
-    };
-    let create = |id: &str| json!({"id": id, "kind": "webhook", "secret": "sekrit", "config": {}});
+    let hook = move |v: &mut Value| hook_sink(v, json!(["hook"]), &url);
     let node = TestNode::start_with(hook.clone()).await;
     for id in ["s1", "s2"] {
-        let r = node
-            .call(
-                Method::POST,
-                "/admin/v1/tenants/t1/sources",
-                ADMIN,
-                Some(create(id)),
-            )
-            .await;
-        assert_eq!(r.status, 201, "{}", r.text);
+        create_source(&node, id).await;
     }
     // The receiver answers 503: both events wait in the outbox.
     let dir = node.stop().await;
@@ -243,16 +239,7 @@ async fn turned_off_with_a_sink_listed_the_outbox_still_reaches_it() {
         "the listed sink holds every row it has not seen"
     );
     assert_eq!(s["sinks"][0]["position"], 0);
-    let r = node
-        .call(
-            Method::POST,
-            "/admin/v1/tenants/t1/sources",
-            ADMIN,
-            Some(create("s3")),
-        )
-        .await;
-    assert_eq!(r.status, 201, "{}", r.text);
-    assert_eq!(r.seq(), Some(3));
+    assert_eq!(create_source(&node, "s3").await.seq(), Some(3));
     assert_eq!(
         node.row(3).await["publish"],
         false,
