@@ -14,6 +14,11 @@
 //!   is filled by another process first, so only the drain counts), and its RSS once the store
 //!   is open, before the drain (with the part of it that is mapped code).
 //!
+//! Throughput rounds also print the process's CPU time per event, ours beside the baseline's,
+//! and the median of their ratio: on a busy two-core machine, where the rates swing with the
+//! neighbours, it is the steadier figure, and the ratio the rates tend to when both cores are
+//! busy (a real broker's own CPU, in another process, is not in it).
+//!
 //! Run with `cargo bench --bench publish` (release). `ANKUSA_BENCH_EVENTS` scales the backlog;
 //! `ANKUSA_BENCH_BATCH` sets the publisher's batch (default 1000); `ANKUSA_BENCH_IN_FLIGHT` its attempts in flight (default 4); `ANKUSA_BENCH_ONLY` picks
 //! parts (`kafka,broker,webhook,latency,rss`; all by default).
@@ -175,7 +180,7 @@ async fn fill(trail: &Trail, n: u64) {
 }
 
 /// Drain the whole backlog of `trail` through `sink`; events per second.
-async fn drain(trail: &Trail, sink: Arc<dyn Sink>, name: &str) -> f64 {
+async fn drain(trail: &Trail, sink: Arc<dyn Sink>, name: &str) -> Run {
     let last = *trail.committed().borrow();
     let stop = CancellationToken::new();
     let spec = SinkSpec {
@@ -198,17 +203,61 @@ async fn drain(trail: &Trail, sink: Arc<dyn Sink>, name: &str) -> f64 {
         .await
         .unwrap()
         .unwrap();
-    let started = Instant::now();
+    let clock = Clock::start();
     let publisher = Publisher::start(trail.clone(), vec![spec], options, stop.clone())
         .await
         .unwrap();
     while publisher.statuses()[0].position < last {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    let rate = last as f64 / started.elapsed().as_secs_f64();
+    let run = clock.stop(last);
     stop.cancel();
     publisher.join().await;
-    rate
+    run
+}
+
+/// A timed run: events per second, and the process's CPU time per event (every thread of
+/// this process, so on two cores the figure that bounds the rate; a broker in another
+/// process is not in it).
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    rate: f64,
+    cpu_us: f64,
+}
+
+/// Wall time and process CPU time from `start` to `stop`.
+struct Clock {
+    wall: Instant,
+    cpu: Duration,
+}
+
+impl Clock {
+    fn start() -> Clock {
+        Clock {
+            wall: Instant::now(),
+            cpu: process_cpu(),
+        }
+    }
+
+    fn stop(self, events: u64) -> Run {
+        let (wall, cpu) = (self.wall.elapsed(), process_cpu() - self.cpu);
+        Run {
+            rate: events as f64 / wall.as_secs_f64(),
+            cpu_us: cpu.as_secs_f64() * 1e6 / events as f64,
+        }
+    }
+}
+
+/// User and system CPU time of this process so far (`/proc/self/stat`, in 10 ms ticks).
+fn process_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    // Fields after the command name (which may hold spaces): utime and stime are the 12th
+    // and 13th.
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]
+        .split_whitespace()
+        .collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    Duration::from_millis(ticks * 10)
 }
 
 /// The events of the whole backlog, built exactly as the publisher builds them.
@@ -241,17 +290,30 @@ fn build_events(
 const ROUNDS: usize = 5;
 
 /// The median of `ratios` and every round's figures, printed.
-fn report(what: &str, baseline: &str, rounds: &[(f64, f64)]) {
+/// Each round's rates and their ratio, then the median ratio. Beside them, CPU time per
+/// event and its ratio (bare over ours): on a busy two-core machine the steadier figure, and
+/// the ratio the rates tend to when every core is busy.
+fn report(what: &str, baseline: &str, rounds: &[(Run, Run)]) {
     for (i, (ours, bare)) in rounds.iter().enumerate() {
         println!(
-            "{what:<13} round {}: ours {ours:>9.0} ev/s   {baseline} {bare:>9.0} ev/s   ratio {:.2}",
+            "{what:<13} round {}: ours {:>9.0} ev/s   {baseline} {:>9.0} ev/s   ratio {:.2}   cpu {:.1} vs {:.1} us/ev",
             i + 1,
-            ours / bare
+            ours.rate,
+            bare.rate,
+            ours.rate / bare.rate,
+            ours.cpu_us,
+            bare.cpu_us,
         );
     }
-    let mut ratios: Vec<f64> = rounds.iter().map(|(o, b)| o / b).collect();
-    ratios.sort_by(|a, b| a.total_cmp(b));
-    println!("{what:<13} median ratio {:.2}", ratios[ratios.len() / 2]);
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    println!(
+        "{what:<13} median ratio {:.2}   cpu per event, bare/ours: median {:.2}",
+        median(rounds.iter().map(|(o, b)| o.rate / b.rate).collect()),
+        median(rounds.iter().map(|(o, b)| b.cpu_us / o.cpu_us).collect()),
+    );
 }
 
 /// Sink names of the rounds, a warm-up round first: each drains the whole backlog from
@@ -260,7 +322,7 @@ fn round_sinks(kind: &str) -> Vec<String> {
     (0..=ROUNDS).map(|r| format!("{kind}-{r}")).collect()
 }
 
-async fn kafka(brokers: &str, n: u64) -> Vec<(f64, f64)> {
+async fn kafka(brokers: &str, n: u64) -> Vec<(Run, Run)> {
     let dir = tempfile::tempdir().unwrap();
     let names = round_sinks("kafka");
     let trail = trail(
@@ -292,7 +354,7 @@ async fn kafka(brokers: &str, n: u64) -> Vec<(f64, f64)> {
     let mut rounds = vec![];
     for name in &names {
         let ours = drain(&trail, sink.clone(), name).await;
-        let started = Instant::now();
+        let clock = Clock::start();
         // `send` waits while the local queue is full; join_all enqueues in order, then
         // awaits every delivery report.
         let sends = records.iter().map(|(key, record)| {
@@ -304,8 +366,7 @@ async fn kafka(brokers: &str, n: u64) -> Vec<(f64, f64)> {
         for report in futures::future::join_all(sends).await {
             report.map_err(|(e, _)| e).unwrap();
         }
-        let bare = records.len() as f64 / started.elapsed().as_secs_f64();
-        rounds.push((ours, bare));
+        rounds.push((ours, clock.stop(records.len() as u64)));
     }
     trail.shutdown().await;
     rounds.split_off(1)
@@ -322,7 +383,7 @@ async fn receiver() -> String {
     url
 }
 
-async fn webhook(n: u64) -> Vec<(f64, f64)> {
+async fn webhook(n: u64) -> Vec<(Run, Run)> {
     let url = receiver().await;
     let dir = tempfile::tempdir().unwrap();
     let names = round_sinks("hook");
@@ -369,7 +430,7 @@ async fn webhook(n: u64) -> Vec<(f64, f64)> {
     for name in &names {
         let ours = drain(&trail, sink.clone(), name).await;
         let requests = requests.clone();
-        let started = Instant::now();
+        let clock = Clock::start();
         futures::stream::iter(requests)
             .map(|(headers, body)| {
                 let client = client.clone();
@@ -389,8 +450,7 @@ async fn webhook(n: u64) -> Vec<(f64, f64)> {
             .buffer_unordered(concurrency)
             .for_each(|s| async move { assert!(s.is_success()) })
             .await;
-        let bare = n as f64 / started.elapsed().as_secs_f64();
-        rounds.push((ours, bare));
+        rounds.push((ours, clock.stop(n)));
     }
     trail.shutdown().await;
     rounds.split_off(1)
@@ -558,8 +618,11 @@ fn drain_kafka_process(store: &str) {
     runtime.block_on(async {
         let trail = trail(std::path::Path::new(store), &["kafka"]);
         let sink = KafkaSink::new(KafkaConfig::new(&brokers, TOPIC)).unwrap();
-        let rate = drain(&trail, Arc::new(sink), "kafka").await;
-        println!("kafka drain {rate:.0} ev/s");
+        let run = drain(&trail, Arc::new(sink), "kafka").await;
+        println!(
+            "kafka drain {:.0} ev/s, {:.1} us cpu/ev",
+            run.rate, run.cpu_us
+        );
         trail.shutdown().await;
     });
 }
@@ -600,8 +663,11 @@ fn drain_webhook_process(store: &str) {
         let trail = trail(std::path::Path::new(store), &["hook"]);
         let config = WebhookConfig::new(url, vec![SECRET.into()]);
         let sink = WebhookSink::new(config).unwrap();
-        let rate = drain(&trail, Arc::new(sink), "hook").await;
-        println!("webhook drain {rate:.0} ev/s");
+        let run = drain(&trail, Arc::new(sink), "hook").await;
+        println!(
+            "webhook drain {:.0} ev/s, {:.1} us cpu/ev",
+            run.rate, run.cpu_us
+        );
         trail.shutdown().await;
     });
 }
