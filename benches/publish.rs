@@ -47,6 +47,8 @@ const TOPIC: &str = "lifecycle";
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 fn main() {
+    // As the node does, so that the memory figures are the node's.
+    ankusa::purge_idle_memory();
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--fill") {
         return fill_process(&args[i + 1], args[i + 2].parse().unwrap());

@@ -53,7 +53,10 @@ fn main() -> ExitCode {
     };
     telemetry::init_logging(&config.log.level, config.log.format == LogFormat::Json);
     let result = match args.command {
-        Command::Serve => run_serve(config),
+        Command::Serve => {
+            ankusa::purge_idle_memory();
+            run_serve(config)
+        }
         Command::Audit(AuditCommand::Tail(tail)) => cli::tail::run(&config, tail),
         Command::Backup(backup) => cli::backup::run(&config, backup, &mut std::io::stdout().lock()),
         Command::Token(token) => cli::token::run(
