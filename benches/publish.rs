@@ -181,7 +181,7 @@ async fn fill(trail: &Trail, n: u64) {
     }
 }
 
-/// Drain the whole backlog of `trail` through `sink`; events per second.
+/// Drain the whole backlog of `trail` through `sink`: its rate and CPU time per event.
 async fn drain(trail: &Trail, sink: Arc<dyn Sink>, name: &str) -> Run {
     let last = *trail.committed().borrow();
     let stop = CancellationToken::new();
@@ -291,7 +291,6 @@ fn build_events(
 /// is reported.
 const ROUNDS: usize = 5;
 
-/// The median of `ratios` and every round's figures, printed.
 /// Each round's rates and their ratio, then the median ratio. Beside them, CPU time per
 /// event and its ratio (bare over ours): on a busy two-core machine the steadier figure, and
 /// the ratio the rates tend to when every core is busy.
