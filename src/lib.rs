@@ -40,6 +40,7 @@ pub mod subjects;
 pub mod telemetry;
 
 /// jemalloc's settings as the environment gives them (`MALLOC_CONF`, when not empty).
+#[cfg(not(target_env = "msvc"))]
 fn operator_malloc_conf() -> Option<std::ffi::OsString> {
     std::env::var_os("MALLOC_CONF").filter(|v| !v.is_empty())
 }

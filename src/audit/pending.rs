@@ -217,8 +217,7 @@ pub(crate) fn begin(w: &mut Writer, g: &mut Group, at: u64, req: Begin) -> Answe
         reply,
     } = req;
     let exempt = ctx.is_system();
-    let cursor = prune::cursor(&g.positions);
-    if !exempt && prune::backlog(cursor, g.seq) >= w.limits.outbox_max_backlog {
+    if !exempt && g.backlog_full(&w.limits) {
         return refuse(g, "backlog", reply);
     }
     let (kind, locator) = change
@@ -248,7 +247,7 @@ pub(crate) fn begin(w: &mut Writer, g: &mut Group, at: u64, req: Begin) -> Answe
         store: &w.store,
         batch: &mut g.batch,
         usage: &mut g.usage,
-        below: prune::below(cursor, w.written.last_seq),
+        below: prune::below(prune::cursor(&g.positions), w.written.last_seq),
     };
     // About the size of the row it becomes (the entity is in both).
     match pruning.make_room((keys::ROW_KEY_LEN + value.len()) as u64, &w.limits) {

@@ -337,6 +337,14 @@ pub(super) struct Group {
     pub(super) refused: u64,
 }
 
+impl Group {
+    /// Whether the outbox backlog, as this group leaves it (`m:audit_seq` minus the cursor),
+    /// refuses an operator's change.
+    pub(super) fn backlog_full(&self, limits: &Limits) -> bool {
+        prune::backlog(prune::cursor(&self.positions), self.seq) >= limits.outbox_max_backlog
+    }
+}
+
 /// What became of a change offered to the group.
 pub(super) enum Admitted {
     /// Accepted as this row (boxed: a row is large, the refusals are not).
@@ -698,8 +706,7 @@ impl Writer {
     ) -> Admitted {
         // A change the node makes itself is never refused: it may push the trail over.
         let exempt = ctx.is_system();
-        let cursor = prune::cursor(&g.positions);
-        if !exempt && prune::backlog(cursor, g.seq) >= self.limits.outbox_max_backlog {
+        if !exempt && g.backlog_full(&self.limits) {
             return refuse(g, "backlog");
         }
         let mut tx = Tx::new(&self.store, &g.overlay, &self.unsynced);
