@@ -14,7 +14,7 @@ use super::context::WriteContext;
 use super::error::ApiError;
 use super::extract::ApiQuery;
 use super::extract::{ApiJson, ApiPath, IfMatchHeader};
-use super::subject::{self, found, listed, page_limit, written, PageQuery};
+use super::subject::{self, get_remote, list_remote, written, PageQuery};
 use super::AppState;
 use crate::subjects::sources::{self, NewSource, Source, SourcePatch};
 
@@ -28,12 +28,7 @@ pub async fn list(
     let Some(remote) = state.sources.clone() else {
         return subject::list::<Source>(auth, State(state), ApiPath(tenant), ApiQuery(query)).await;
     };
-    let limit = page_limit(query.limit)?;
-    let page = remote
-        .remote()
-        .list(&tenant, query.after.as_deref(), limit)
-        .await?;
-    Ok(listed(page))
+    list_remote(remote.remote(), &tenant, query).await
 }
 
 /// `GET .../{id}`: one source, with its revision as `ETag`.
@@ -45,8 +40,7 @@ pub async fn get(
     let Some(remote) = state.sources.clone() else {
         return subject::get::<Source>(auth, State(state), ApiPath((tenant, id))).await;
     };
-    let view = remote.remote().get(&tenant, &id).await?;
-    found(view, &format!("sources/{id}"))
+    get_remote(remote.remote(), &tenant, &id).await
 }
 
 /// `POST`: create a source (201; 409 `already_exists`).

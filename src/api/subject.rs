@@ -18,6 +18,7 @@ use super::extract::{ApiPath, ApiQuery};
 use super::AppState;
 use crate::subjects::read::{self, MAX_PAGE};
 use crate::subjects::redact::Redacted;
+use crate::subjects::remote::{resource, Remote, RemoteSubject};
 use crate::subjects::{Outcome, Subject};
 
 /// The header that gives the seq of the row a write committed.
@@ -78,6 +79,27 @@ pub async fn get<S: Subject>(
     let resource = S::KIND.resource(&id);
     let view = tokio::task::spawn_blocking(move || read::get::<S>(&store, &tenant, &id)).await??;
     found(view, &resource)
+}
+
+/// One page of the tenant's subjects that `remote` keeps, in id order.
+pub async fn list_remote<T: RemoteSubject>(
+    remote: &Remote<T>,
+    tenant: &str,
+    query: PageQuery,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let limit = page_limit(query.limit)?;
+    let page = remote.list(tenant, query.after.as_deref(), limit).await?;
+    Ok(listed(page))
+}
+
+/// Subject `id` of `tenant` that `remote` keeps.
+pub async fn get_remote<T: RemoteSubject>(
+    remote: &Remote<T>,
+    tenant: &str,
+    id: &str,
+) -> Result<Response, ApiError> {
+    let view = remote.get(tenant, id).await?;
+    found(view, &resource::<T>(id))
 }
 
 /// The answer to a read of one subject: its view with its revision as `ETag`, or 404.

@@ -14,7 +14,7 @@ use super::auth::{AdminRead, Authorized};
 use super::context::WriteContext;
 use super::error::ApiError;
 use super::extract::{ApiJson, ApiPath, ApiQuery, IfMatchHeader};
-use super::subject::{found, listed, page_limit, written, PageQuery};
+use super::subject::{get_remote, list_remote, written, PageQuery};
 use super::AppState;
 use crate::subjects::routes::{NewRoute, RoutePatch};
 
@@ -25,13 +25,7 @@ pub async fn list(
     ApiPath(tenant): ApiPath<String>,
     ApiQuery(query): ApiQuery<PageQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let limit = page_limit(query.limit)?;
-    let page = state
-        .routes
-        .remote()
-        .list(&tenant, query.after.as_deref(), limit)
-        .await?;
-    Ok(listed(page))
+    list_remote(state.routes.remote(), &tenant, query).await
 }
 
 /// `GET .../{id}`: one route, with its revision as `ETag`.
@@ -40,8 +34,7 @@ pub async fn get(
     State(state): State<AppState>,
     ApiPath((tenant, id)): ApiPath<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let view = state.routes.remote().get(&tenant, &id).await?;
-    found(view, &format!("routes/{id}"))
+    get_remote(state.routes.remote(), &tenant, &id).await
 }
 
 /// `POST`: create a route (201; 409 `already_exists`).

@@ -7,13 +7,11 @@
 
 use std::sync::Arc;
 
-use serde_json::Map;
-
 use super::key::check_name;
 use super::remote::redis::RedisStore;
-use super::remote::{view, Remote, RemoteStore};
+use super::remote::{Remote, RemoteStore};
 use super::sources::{check_new, check_patch, created, patched, NewSource, Source, SourcePatch};
-use super::{check_if_match, ChangeResult, IfMatch, Outcome};
+use super::{ChangeResult, IfMatch};
 use crate::audit::{Context, Trail};
 use crate::config::{SourceStoreKind, SourcesConfig};
 use crate::store::StoreError;
@@ -74,14 +72,9 @@ impl RemoteSources {
         check_name("tenant", &tenant)?;
         check_name("id", &id)?;
         check_patch(&patch)?;
-        let before = self.0.require(&tenant, &id).await?;
-        check_if_match(if_match, &format!("sources/{id}"), Some(before.revision))?;
+        let before = self.0.current(&tenant, &id, if_match).await?;
         let Some((after, detail)) = patched(&before, patch) else {
-            return Ok(Outcome {
-                seq: None,
-                revision: before.revision,
-                view: Some(view(&before)?),
-            });
+            return Remote::unchanged(&before);
         };
         self.0
             .write(ctx, "update", Some(before), Some(after), detail)
@@ -96,12 +89,6 @@ impl RemoteSources {
         id: String,
         if_match: Option<IfMatch>,
     ) -> ChangeResult {
-        check_name("tenant", &tenant)?;
-        check_name("id", &id)?;
-        let before = self.0.require(&tenant, &id).await?;
-        check_if_match(if_match, &format!("sources/{id}"), Some(before.revision))?;
-        self.0
-            .write(ctx, "delete", Some(before), None, Map::new())
-            .await
+        self.0.delete(ctx, &tenant, &id, if_match).await
     }
 }

@@ -13,9 +13,47 @@ use serde_json::{json, Map, Value};
 
 use super::{corrupt, refresh_events, resource, view, Cas, Remote, RemoteStore, RemoteSubject};
 use crate::audit::{Change, CommitError, Context, Finish};
-use crate::subjects::{ChangeResult, IfMatch, Outcome, SubjectError};
+use crate::subjects::key::check_name;
+use crate::subjects::{check_if_match, ChangeResult, IfMatch, Outcome, SubjectError};
 
 impl<T: RemoteSubject> Remote<T> {
+    /// Subject `id` of `tenant` as an update or delete finds it (names already checked):
+    /// `NotFound` if it is not there, and `if_match` held to its revision.
+    pub(crate) async fn current(
+        &self,
+        tenant: &str,
+        id: &str,
+        if_match: Option<IfMatch>,
+    ) -> Result<T, CommitError<SubjectError>> {
+        let before = self.require(tenant, id).await?;
+        check_if_match(if_match, &resource::<T>(id), Some(before.revision()))?;
+        Ok(before)
+    }
+
+    /// Delete subject `id` of `tenant` (`<kind>.delete`).
+    pub(crate) async fn delete(
+        &self,
+        ctx: Context,
+        tenant: &str,
+        id: &str,
+        if_match: Option<IfMatch>,
+    ) -> ChangeResult {
+        check_name("tenant", tenant)?;
+        check_name("id", id)?;
+        let before = self.current(tenant, id, if_match).await?;
+        self.write(ctx, "delete", Some(before), None, Map::new())
+            .await
+    }
+
+    /// The answer to an update that changes nothing: no row, the subject as it is.
+    pub(crate) fn unchanged(before: &T) -> ChangeResult {
+        Ok(Outcome {
+            seq: None,
+            revision: before.revision(),
+            view: Some(view(before)?),
+        })
+    }
+
     /// Subject `id` of `tenant`, or `NotFound`.
     pub(crate) async fn require(
         &self,

@@ -9,8 +9,8 @@ use serde_json::Map;
 use super::{NewRoute, Route, RoutePatch, RouteStore};
 use crate::audit::{Context, Trail};
 use crate::subjects::key::check_name;
-use crate::subjects::remote::{view, Remote};
-use crate::subjects::{check_if_match, ChangeResult, IfMatch, Outcome};
+use crate::subjects::remote::Remote;
+use crate::subjects::{ChangeResult, IfMatch};
 
 /// The route store and the trail its changes are recorded in.
 #[derive(Debug, Clone)]
@@ -64,15 +64,10 @@ impl Routes {
         check_name("tenant", &tenant)?;
         check_name("id", &id)?;
         patch.check()?;
-        let before = self.0.require(&tenant, &id).await?;
-        check_if_match(if_match, &format!("routes/{id}"), Some(before.revision))?;
+        let before = self.0.current(&tenant, &id, if_match).await?;
         let (mut after, fields) = patch.apply(&before);
         if fields == 0 {
-            return Ok(Outcome {
-                seq: None,
-                revision: before.revision,
-                view: Some(view(&before)?),
-            });
+            return Remote::unchanged(&before);
         }
         after.revision = before.revision + 1;
         let mut detail = Map::new();
@@ -90,12 +85,6 @@ impl Routes {
         id: String,
         if_match: Option<IfMatch>,
     ) -> ChangeResult {
-        check_name("tenant", &tenant)?;
-        check_name("id", &id)?;
-        let before = self.0.require(&tenant, &id).await?;
-        check_if_match(if_match, &format!("routes/{id}"), Some(before.revision))?;
-        self.0
-            .write(ctx, "delete", Some(before), None, Map::new())
-            .await
+        self.0.delete(ctx, &tenant, &id, if_match).await
     }
 }
