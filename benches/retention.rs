@@ -11,6 +11,8 @@
 //!   `ANKUSA_BENCH_SECS` seconds (default 10), then while a sweep deletes every expired row;
 //!   the p99 ratio (target <= 2) and the sweep's rate;
 //! - boot time after the sweep (the deleted rows are tombstones until compaction).
+//!
+//! `ANKUSA_BENCH_SWEEP_BATCH` sets `audit.sweep_batch` (default: the node's default).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -150,6 +152,10 @@ fn boot(dir: &std::path::Path) -> (Trail, Duration) {
         sinks: vec![SINK.into()],
         limits: Limits {
             outbox_max_backlog: u64::MAX,
+            sweep_batch: env(
+                "ANKUSA_BENCH_SWEEP_BATCH",
+                Limits::default().sweep_batch as u64,
+            ) as usize,
             ..Limits::default()
         },
         ..TrailOptions::default()
