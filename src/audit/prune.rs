@@ -61,7 +61,10 @@ impl Candidate {
     }
 }
 
-/// The oldest rows of the trail, read ahead, and what the group being built deleted of them.
+/// The oldest rows of the trail, read ahead, and what the groups not yet written delete of
+/// them: those handed to the syncer, oldest first, then the group being built. Each deletes
+/// the rows after the ones the groups before it delete, so a group that prunes need not wait
+/// for the one before it to be written.
 #[derive(Debug)]
 pub(crate) struct Head {
     /// Every row below this seq is deleted, as of the last written batch.
@@ -70,8 +73,13 @@ pub(crate) struct Head {
     ahead: VecDeque<Candidate>,
     /// Every row up to this seq is in `ahead` or deleted: the next read starts after it.
     scanned: u64,
-    /// How many of `ahead` the group being built deletes (written or forgotten with it).
-    taken: usize,
+    /// How many of `ahead` each group handed over and not yet written deletes, oldest first
+    /// (groups that delete none are not in it).
+    handed: VecDeque<usize>,
+    /// Their sum.
+    handed_rows: usize,
+    /// How many of `ahead`, after those, the group being built deletes.
+    building: usize,
 }
 
 impl Head {
@@ -81,37 +89,59 @@ impl Head {
             floor: from,
             ahead: VecDeque::new(),
             scanned: from.saturating_sub(1),
-            taken: 0,
+            handed: VecDeque::new(),
+            handed_rows: 0,
+            building: 0,
         }
     }
 
     /// Rows the group being built deletes (staged in its batch, not yet written).
     pub(crate) fn staged(&self) -> usize {
-        self.taken
+        self.building
     }
 
-    /// The batch was written: what the group deleted is gone.
-    pub(crate) fn written(&mut self) {
-        if let Some(last) = self.taken.checked_sub(1).and_then(|i| self.ahead.get(i)) {
-            self.floor = last.seq + 1;
-            self.ahead.drain(..self.taken);
+    /// The group being built was handed over to be written, after every group before it.
+    pub(crate) fn handed_over(&mut self) {
+        if self.building > 0 {
+            self.handed.push_back(self.building);
+            self.handed_rows += self.building;
+            self.building = 0;
         }
-        self.taken = 0;
     }
 
-    /// The batch was not written: what the group deleted is still there.
+    /// The oldest group handed over that deletes rows was written: they are gone.
+    pub(crate) fn written(&mut self) {
+        let Some(rows) = self.handed.pop_front() else {
+            return;
+        };
+        if let Some(last) = rows.checked_sub(1).and_then(|i| self.ahead.get(i)) {
+            self.floor = last.seq + 1;
+            self.ahead.drain(..rows);
+        }
+        self.handed_rows -= rows;
+    }
+
+    /// A batch was not written. Every group prepared after it is not written either (the
+    /// writer abandons them), so nothing any group not yet written deletes is gone.
     pub(crate) fn unwritten(&mut self) {
-        self.taken = 0;
+        self.handed.clear();
+        self.handed_rows = 0;
+        self.building = 0;
+    }
+
+    /// Rows of `ahead` that groups not yet written delete.
+    fn taken(&self) -> usize {
+        self.handed_rows + self.building
     }
 
     /// The oldest row not yet deleted, if its seq is below `below`.
     fn next(&mut self, store: &Store, below: u64) -> Result<Option<Candidate>, StoreError> {
-        if self.ahead.len() == self.taken && self.scanned.saturating_add(1) < below {
+        if self.ahead.len() == self.taken() && self.scanned.saturating_add(1) < below {
             self.fill(store, below)?;
         }
         Ok(self
             .ahead
-            .get(self.taken)
+            .get(self.taken())
             .copied()
             .filter(|c| c.seq < below))
     }
@@ -134,7 +164,7 @@ impl Head {
         usage.rows = usage.rows.saturating_sub(1);
         usage.bytes = usage.bytes.saturating_sub(c.bytes());
         usage.from = c.seq + 1;
-        self.taken += 1;
+        self.building += 1;
     }
 
     /// Read up to [`CHUNK`] more rows below `below`, with the sizes of their entities.
@@ -338,6 +368,7 @@ mod tests {
         let second = p.sweep(3_000, 250).unwrap();
         assert_eq!((second.pruned, second.more), (49, false));
         store.write(batch, false).unwrap();
+        head.handed_over();
         head.written();
         assert_eq!(usage, Usage::recount(&store, 600).unwrap());
         assert_eq!(usage.from, 300);
@@ -352,6 +383,7 @@ mod tests {
         };
         assert_eq!(p.sweep(u64::MAX, 1000).unwrap().pruned, 100);
         store.write(batch, false).unwrap();
+        head.handed_over();
         head.written();
         assert_eq!(usage, Usage::recount(&store, 600).unwrap());
         assert_eq!(usage.from, 400);
@@ -388,8 +420,79 @@ mod tests {
         };
         assert_eq!(p.make_room(10, &limits).unwrap(), (6, true));
         store.write(batch, false).unwrap();
+        head.handed_over();
         head.written();
         assert_eq!(usage, Usage::recount(&store, 10).unwrap());
         assert_eq!(usage.rows, 4);
+    }
+
+    /// A group that prunes while the one before it, which pruned too, is not yet written:
+    /// it deletes the rows after those, both are written in order, and the counters match.
+    /// When the first is not written, neither is the second, and the head forgets both.
+    #[test]
+    fn groups_in_flight_each_delete_the_rows_after_the_last_ones() {
+        let (_dir, store, mut usage) = store_with(20);
+        let before = usage;
+        let mut head = Head::new(usage.from);
+        let mut batches = vec![];
+        for _ in 0..2 {
+            let mut batch = WriteBatch::default();
+            let mut p = Pruning {
+                head: &mut head,
+                store: &store,
+                batch: &mut batch,
+                usage: &mut usage,
+                below: 21,
+            };
+            assert_eq!(p.sweep(u64::MAX, 5).unwrap().pruned, 5);
+            head.handed_over();
+            batches.push(batch);
+        }
+        assert_eq!(usage.from, 11, "the second group took rows 6 to 10");
+        // The first batch fails: the second, prepared on it, is abandoned too.
+        head.unwritten();
+        usage = before;
+        let mut batch = WriteBatch::default();
+        let mut p = Pruning {
+            head: &mut head,
+            store: &store,
+            batch: &mut batch,
+            usage: &mut usage,
+            below: 21,
+        };
+        assert_eq!(p.sweep(u64::MAX, 3).unwrap().pruned, 3);
+        assert_eq!(usage.from, 4, "rows 1 to 3 again");
+        head.handed_over();
+        let mut next = WriteBatch::default();
+        let mut p = Pruning {
+            head: &mut head,
+            store: &store,
+            batch: &mut next,
+            usage: &mut usage,
+            below: 21,
+        };
+        assert_eq!(p.sweep(u64::MAX, 4).unwrap().pruned, 4);
+        head.handed_over();
+        for batch in [batch, next] {
+            store.write(batch, false).unwrap();
+            head.written();
+        }
+        assert_eq!(usage, Usage::recount(&store, 20).unwrap());
+        assert_eq!(usage.from, 8);
+        // The head goes on from there.
+        let mut batch = WriteBatch::default();
+        let mut p = Pruning {
+            head: &mut head,
+            store: &store,
+            batch: &mut batch,
+            usage: &mut usage,
+            below: 21,
+        };
+        assert_eq!(p.sweep(u64::MAX, 100).unwrap().pruned, 13);
+        store.write(batch, false).unwrap();
+        head.handed_over();
+        head.written();
+        assert_eq!(usage, Usage::recount(&store, 20).unwrap());
+        assert_eq!(usage.rows, 0);
     }
 }

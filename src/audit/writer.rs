@@ -431,10 +431,6 @@ impl Writer {
                 }
                 req => {
                     if open.is_none() {
-                        if pipe.inflight.back().is_some_and(|g| g.prunes) {
-                            // The head's read-ahead follows one group's deletions at a time.
-                            self.hear(&mut pipe, true);
-                        }
                         open = Some(self.open(&pipe));
                     }
                     self.add(open.as_mut().expect("opened above"), req);
@@ -504,6 +500,7 @@ impl Writer {
             tally: prepared.tally.clone(),
             prunes: self.head.staged() > 0,
         });
+        self.head.handed_over();
         if here {
             pipe.syncer_state
                 .lock()
