@@ -11,9 +11,11 @@
 //! writing run side by side, and each change is still all-or-nothing. Both are dedicated OS
 //! threads, not tokio tasks, because every step of them blocks on RocksDB.
 //!
-//! Requests that read the trail itself (dual writes, refreshes, the retention sweep) and
-//! groups that delete rows from its head are prepared only once everything before them is on
-//! disk, so what they read is the store as it is.
+//! Requests that read the trail itself (dual writes, refreshes, the retention sweep) are
+//! prepared only once everything before them is on disk, so what they read is the store as it
+//! is. Deleting rows from the head of the trail (the ceilings) needs no such wait: it reads
+//! only rows already written, and `prune::Head` knows which of them the groups not yet
+//! written delete.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
