@@ -10,13 +10,15 @@
 //! runs [`ROUNDS`] rounds of ours and raw back to back; it prints every round, the median of
 //! ours and of raw and their ratio, and ours at 64 over ours at 1 (medians).
 //! `ANKUSA_BENCH_SECS` sets the time per measurement (default 2); `ANKUSA_BENCH_OURS_ONLY=N`
-//! measures only ours at N committers, once (for a profiler).
+//! measures only ours at N committers, once (for a profiler). `ANKUSA_BENCH_MAX_ROWS=N` sets
+//! `audit.max_rows`: with a small N (10000) the trail reaches it within the first round, and
+//! from then on every change prunes the oldest row in its own batch (ours at a ceiling).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ankusa::audit::{Change, CommitError, Context, SystemClock, Trail, TrailOptions};
+use ankusa::audit::{Change, CommitError, Context, Limits, SystemClock, Trail, TrailOptions};
 use ankusa::store::Cf;
 use rocksdb::{WriteBatch, WriteOptions, DB};
 use serde_json::json;
@@ -25,16 +27,10 @@ use serde_json::json;
 const ROUNDS: usize = 3;
 
 fn main() {
-    let secs: u64 = std::env::var("ANKUSA_BENCH_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2);
+    let secs: u64 = env("ANKUSA_BENCH_SECS").unwrap_or(2);
     let run_for = Duration::from_secs(secs);
     println!("commit throughput, synced writes, {ROUNDS} rounds of {secs} s per measurement");
-    if let Some(n) = std::env::var("ANKUSA_BENCH_OURS_ONLY")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
+    if let Some(n) = env("ANKUSA_BENCH_OURS_ONLY") {
         // One measurement of ours alone, for a profiler.
         println!("{n:>11} committers: ours {:.0}/s", bench_ours(n, run_for));
         return;
@@ -85,6 +81,11 @@ fn subject(key: &str) -> serde_json::Value {
     })
 }
 
+/// A numeric setting from the environment.
+fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
+    std::env::var(name).ok().and_then(|s| s.parse().ok())
+}
+
 fn bench_ours(committers: usize, run_for: Duration) -> f64 {
     let dir = tempfile::tempdir().unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -93,7 +94,14 @@ fn bench_ours(committers: usize, run_for: Duration) -> f64 {
         .unwrap();
     runtime.block_on(async {
         let store = ankusa::store::Store::open(dir.path()).unwrap();
-        let trail = Trail::start(store, TrailOptions::default(), Arc::new(SystemClock)).unwrap();
+        let options = TrailOptions {
+            limits: Limits {
+                max_rows: env("ANKUSA_BENCH_MAX_ROWS").unwrap_or(Limits::default().max_rows),
+                ..Limits::default()
+            },
+            ..TrailOptions::default()
+        };
+        let trail = Trail::start(store, options, Arc::new(SystemClock)).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let count = Arc::new(AtomicU64::new(0));
         let mut tasks = vec![];
