@@ -390,6 +390,13 @@ mod tests {
             self.head.written();
         }
 
+        /// A batch failed: the writer forgets every group not yet written and rolls its
+        /// counters back to the last written (`usage`).
+        fn fail(&mut self, usage: Usage) {
+            self.head.unwritten();
+            self.usage = usage;
+        }
+
         /// The counters match a full count of the store.
         fn assert_counted(&self, last_seq: u64) {
             assert_eq!(self.usage, Usage::recount(&self.store, last_seq).unwrap());
@@ -432,8 +439,7 @@ mod tests {
         });
         assert_eq!(bounded, (3, false));
         assert_eq!(never_fits, (0, false));
-        t.head.unwritten();
-        t.usage = before;
+        t.fail(before);
         let (batch, room) = t.group(11, |p| p.make_room(10, &limits).unwrap());
         assert_eq!(room, (6, true));
         t.write(batch);
@@ -454,8 +460,7 @@ mod tests {
         }
         assert_eq!(t.usage.from, 11, "the second group took rows 6 to 10");
         // The first batch fails: the second, prepared on it, is abandoned too.
-        t.head.unwritten();
-        t.usage = before;
+        t.fail(before);
         let (first, done) = t.group(21, |p| p.sweep(u64::MAX, 3).unwrap());
         assert_eq!(done.pruned, 3);
         assert_eq!(t.usage.from, 4, "rows 1 to 3 again");
