@@ -76,8 +76,6 @@ pub(crate) struct Head {
     /// How many of `ahead` each group handed over and not yet written deletes, oldest first
     /// (groups that delete none are not in it).
     handed: VecDeque<usize>,
-    /// Their sum.
-    handed_rows: usize,
     /// How many of `ahead`, after those, the group being built deletes.
     building: usize,
 }
@@ -90,7 +88,6 @@ impl Head {
             ahead: VecDeque::new(),
             scanned: from.saturating_sub(1),
             handed: VecDeque::new(),
-            handed_rows: 0,
             building: 0,
         }
     }
@@ -104,7 +101,6 @@ impl Head {
     pub(crate) fn handed_over(&mut self) {
         if self.building > 0 {
             self.handed.push_back(self.building);
-            self.handed_rows += self.building;
             self.building = 0;
         }
     }
@@ -118,20 +114,18 @@ impl Head {
             self.floor = last.seq + 1;
             self.ahead.drain(..rows);
         }
-        self.handed_rows -= rows;
     }
 
     /// A batch was not written. Every group prepared after it is not written either (the
     /// writer abandons them), so nothing any group not yet written deletes is gone.
     pub(crate) fn unwritten(&mut self) {
         self.handed.clear();
-        self.handed_rows = 0;
         self.building = 0;
     }
 
-    /// Rows of `ahead` that groups not yet written delete.
+    /// Rows of `ahead` that groups not yet written delete (only the few in flight).
     fn taken(&self) -> usize {
-        self.handed_rows + self.building
+        self.handed.iter().sum::<usize>() + self.building
     }
 
     /// The oldest row not yet deleted, if its seq is below `below`.
