@@ -20,7 +20,6 @@ use tokio::sync::{mpsc, oneshot};
 use super::context::Context;
 use super::dual::{Finish, Pending};
 use super::dual_events;
-use super::prune::{self, Pruning};
 use super::row::{Change, Row, RowResult, ROW_FORMAT};
 use super::settle::Presence;
 use super::tx::Tx;
@@ -242,17 +241,9 @@ pub(crate) fn begin(w: &mut Writer, g: &mut Group, at: u64, req: Begin) -> Answe
         entity: change.entity.filter(|_| w.lifecycle),
     };
     let value = serde_json::to_vec(&row).expect("a pending row always serializes");
-    let mut pruning = Pruning {
-        head: &mut w.head,
-        store: &w.store,
-        batch: &mut g.batch,
-        usage: &mut g.usage,
-        below: prune::below(prune::cursor(&g.positions), w.written.last_seq),
-    };
     // About the size of the row it becomes (the entity is in both).
-    match pruning.make_room((keys::ROW_KEY_LEN + value.len()) as u64, &w.limits) {
-        Ok((pruned, fits)) => {
-            g.pruned.ceiling += pruned;
+    match w.make_room(g, (keys::ROW_KEY_LEN + value.len()) as u64) {
+        Ok(fits) => {
             if !fits && !exempt {
                 return refuse(g, "ceiling", reply);
             }
@@ -393,18 +384,9 @@ fn into_trail(
     let bytes = (keys::ROW_KEY_LEN
         + value.len()
         + entity.as_ref().map_or(0, |e| keys::SEQ_KEY_LEN + e.len())) as u64;
-    let mut pruning = Pruning {
-        head: &mut w.head,
-        store: &w.store,
-        batch: &mut g.batch,
-        usage: &mut g.usage,
-        below: prune::below(prune::cursor(&g.positions), w.written.last_seq),
-    };
-    match pruning.make_room(bytes, &w.limits) {
-        Ok((pruned, _)) => g.pruned.ceiling += pruned,
-        Err(e) => {
-            tracing::warn!(error = %e, "reading the oldest rows failed; recording over the ceiling")
-        }
+    // Always recorded, over the ceiling if it must be.
+    if let Err(e) = w.make_room(g, bytes) {
+        tracing::warn!(error = %e, "reading the oldest rows failed; recording over the ceiling");
     }
     g.seq += 1;
     let audit = w.store.cf(Cf::Audit);

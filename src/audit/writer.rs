@@ -735,17 +735,8 @@ impl Writer {
         exempt: bool,
         ops: Vec<Op>,
     ) -> Admitted {
-        let cursor = prune::cursor(&g.positions);
-        let mut pruning = Pruning {
-            head: &mut self.head,
-            store: &self.store,
-            batch: &mut g.batch,
-            usage: &mut g.usage,
-            below: prune::below(cursor, self.written.last_seq),
-        };
-        match pruning.make_room(staged.bytes(), &self.limits) {
-            Ok((pruned, fits)) => {
-                g.pruned.ceiling += pruned;
+        match self.make_room(g, staged.bytes()) {
+            Ok(fits) => {
                 if !fits && !exempt {
                     return refuse(g, "ceiling");
                 }
@@ -767,20 +758,33 @@ impl Writer {
         Admitted::Row(Box::new(row))
     }
 
+    /// Delete the oldest rows group `g` may until a row of `need` bytes fits under the
+    /// ceilings, counting them as pruned by the ceilings. Whether it fits.
+    pub(super) fn make_room(&mut self, g: &mut Group, need: u64) -> Result<bool, StoreError> {
+        let limits = self.limits;
+        let (pruned, fits) = self.pruning(g).make_room(need, &limits)?;
+        g.pruned.ceiling += pruned;
+        Ok(fits)
+    }
+
     /// One batch of the retention sweep, bounded by the cursor like the ceilings.
     fn sweep(&mut self, g: &mut Group, sweep: &Sweep) -> Result<SweepBatch, StoreError> {
-        let cursor = prune::cursor(&g.positions);
-        let mut pruning = Pruning {
+        let mut done = self.pruning(g).sweep(sweep.older_than_ms, sweep.max_rows)?;
+        g.pruned.retention += done.pruned;
+        done.cursor = prune::cursor(&g.positions);
+        Ok(done)
+    }
+
+    /// The head of the trail as group `g` may delete from it: never at or above the lifecycle
+    /// cursor, and only rows already written.
+    fn pruning<'a>(&'a mut self, g: &'a mut Group) -> Pruning<'a> {
+        Pruning {
+            below: prune::below(prune::cursor(&g.positions), self.written.last_seq),
             head: &mut self.head,
             store: &self.store,
             batch: &mut g.batch,
             usage: &mut g.usage,
-            below: prune::below(cursor, self.written.last_seq),
-        };
-        let mut done = pruning.sweep(sweep.older_than_ms, sweep.max_rows)?;
-        g.pruned.retention += done.pruned;
-        done.cursor = cursor;
-        Ok(done)
+        }
     }
 }
 
