@@ -6,6 +6,7 @@
 
 use chrono::{DateTime, Utc};
 use cloudevents::{Event, EventBuilder, EventBuilderV10};
+use sha1::{Digest, Sha1};
 use uuid::Uuid;
 
 use super::outbox::EventRow;
@@ -21,9 +22,18 @@ pub struct EventError {
     pub detail: String,
 }
 
-/// The event id of row `seq` in incarnation `incarnation`.
+/// The event id of row `seq` in incarnation `incarnation`: the UUIDv5 of the seq in decimal
+/// in the incarnation's namespace. `Uuid::new_v5` computes the same id, but with a portable
+/// SHA-1; the `sha1` crate uses the CPU's SHA extensions where it has them, and the id is
+/// computed for every event of every sink.
 pub fn event_id(incarnation: Uuid, seq: u64) -> Uuid {
-    Uuid::new_v5(&incarnation, itoa::Buffer::new().format(seq).as_bytes())
+    let digest = Sha1::new()
+        .chain_update(incarnation.as_bytes())
+        .chain_update(itoa::Buffer::new().format(seq))
+        .finalize();
+    let mut bytes = uuid::Bytes::default();
+    bytes.copy_from_slice(&digest[..16]);
+    uuid::Builder::from_sha1_bytes(bytes).into_uuid()
 }
 
 /// A UUID in its hyphenated lower-case text form.
@@ -172,10 +182,30 @@ mod tests {
             Uuid::new_v5(&inc, b"42"),
             "the name is the seq in decimal"
         );
+        // RFC 9562's UUIDv5 of "42" in that namespace, as another implementation
+        // (Python's uuid.uuid5) gives it.
+        assert_eq!(
+            event_id(inc, 42).to_string(),
+            "513193b0-c29b-5ba4-b778-b646a83e93ed"
+        );
         let mut r = row(1, "route.update");
         r.tenant = None;
         assert_eq!(partition_key(&r), "routes/r1");
         assert_eq!(partition_key(&row(1, "route.update")), "t1/routes/r1");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn ids_are_the_uuidv5_of_the_seq_in_the_incarnation(
+            incarnation: [u8; 16],
+            seq: u64,
+        ) {
+            let incarnation = Uuid::from_bytes(incarnation);
+            proptest::prop_assert_eq!(
+                event_id(incarnation, seq),
+                Uuid::new_v5(&incarnation, seq.to_string().as_bytes())
+            );
+        }
     }
 
     #[test]
