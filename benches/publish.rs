@@ -65,6 +65,9 @@ fn main() {
     if let Some(i) = args.iter().position(|a| a == "--drain-webhook") {
         return drain_webhook_process(&args[i + 1]);
     }
+    if let Some(i) = args.iter().position(|a| a == "--bare-webhook") {
+        return bare_webhook_process(&args[i + 1]);
+    }
     let events: u64 = std::env::var("ANKUSA_BENCH_EVENTS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -395,48 +398,73 @@ async fn webhook(n: u64) -> Vec<(Run, Run)> {
     fill(&trail, n).await;
     let config = WebhookConfig::new(url.clone(), vec![SECRET.into()]);
     let concurrency = config.max_in_flight;
-    // The bare loop: the same requests (ce- headers, signature headers, body), pre-built,
-    // with the same number in flight.
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
-    let requests: Vec<(reqwest::header::HeaderMap, Vec<u8>)> = events_of(&trail)
-        .into_iter()
-        .map(|e| {
-            let req = cloudevents::binding::reqwest::RequestBuilderExt::event(client.post(&url), e)
-                .unwrap()
-                .header("webhook-id", "msg_bench")
-                .header("webhook-timestamp", "1700000000")
-                .header(
-                    "webhook-signature",
-                    "v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=",
-                )
-                .build()
-                .unwrap();
-            (
-                req.headers().clone(),
-                req.body()
-                    .and_then(|b| b.as_bytes())
-                    .unwrap_or_default()
-                    .to_vec(),
-            )
-        })
-        .collect();
+    let bare = BareWebhook::new(&trail, &url);
     // One sink and one client for every round; the first round warms both up and is not
     // reported.
     let sink: Arc<dyn Sink> = Arc::new(WebhookSink::new(config).unwrap());
-    let parsed = reqwest::Url::parse(&url).unwrap();
     let mut rounds = vec![];
     for name in &names {
         let ours = drain(&trail, sink.clone(), name).await;
-        let requests = requests.clone();
+        rounds.push((ours, bare.send(concurrency).await));
+    }
+    trail.shutdown().await;
+    rounds.split_off(1)
+}
+
+/// The webhook baseline: a bare reqwest client sending the requests the sink would send for
+/// a trail's events (ce- headers, signature headers, body), built before it is timed.
+struct BareWebhook {
+    client: reqwest::Client,
+    url: reqwest::Url,
+    requests: Vec<(reqwest::header::HeaderMap, Vec<u8>)>,
+}
+
+impl BareWebhook {
+    fn new(trail: &Trail, url: &str) -> BareWebhook {
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap();
+        let requests = events_of(trail)
+            .into_iter()
+            .map(|e| {
+                let req =
+                    cloudevents::binding::reqwest::RequestBuilderExt::event(client.post(url), e)
+                        .unwrap()
+                        .header("webhook-id", "msg_bench")
+                        .header("webhook-timestamp", "1700000000")
+                        .header(
+                            "webhook-signature",
+                            "v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=",
+                        )
+                        .build()
+                        .unwrap();
+                (
+                    req.headers().clone(),
+                    req.body()
+                        .and_then(|b| b.as_bytes())
+                        .unwrap_or_default()
+                        .to_vec(),
+                )
+            })
+            .collect();
+        // Parsed once, as the sink does.
+        let url = reqwest::Url::parse(url).unwrap();
+        BareWebhook {
+            client,
+            url,
+            requests,
+        }
+    }
+
+    /// Send every request, `concurrency` at a time, and time it.
+    async fn send(&self, concurrency: usize) -> Run {
+        let requests = self.requests.clone();
         let clock = Clock::start();
         futures::stream::iter(requests)
             .map(|(headers, body)| {
-                let client = client.clone();
-                // Parsed once, as the sink does.
-                let url = parsed.clone();
+                let client = self.client.clone();
+                let url = self.url.clone();
                 async move {
                     client
                         .post(url)
@@ -451,10 +479,8 @@ async fn webhook(n: u64) -> Vec<(Run, Run)> {
             .buffer_unordered(concurrency)
             .for_each(|s| async move { assert!(s.is_success()) })
             .await;
-        rounds.push((ours, clock.stop(n)));
+        clock.stop(self.requests.len() as u64)
     }
-    trail.shutdown().await;
-    rounds.split_off(1)
 }
 
 async fn latency(brokers: &str) -> (f64, f64, f64) {
@@ -667,6 +693,25 @@ fn drain_webhook_process(store: &str) {
         let run = drain(&trail, Arc::new(sink), "hook").await;
         println!(
             "webhook drain {:.0} ev/s, {:.1} us cpu/ev",
+            run.rate, run.cpu_us
+        );
+        trail.shutdown().await;
+    });
+}
+
+/// Send the requests of a store filled by `--fill` with the bare reqwest loop, to a webhook
+/// receiver on loopback, and print the rate: the baseline of `--drain-webhook`, in a process
+/// of its own, for a profiler.
+fn bare_webhook_process(store: &str) {
+    let runtime = runtime();
+    runtime.block_on(async {
+        let url = receiver().await;
+        let trail = trail(std::path::Path::new(store), &[]);
+        let bare = BareWebhook::new(&trail, &url);
+        let concurrency = WebhookConfig::new(url, vec![SECRET.into()]).max_in_flight;
+        let run = bare.send(concurrency).await;
+        println!(
+            "bare webhook {:.0} ev/s, {:.1} us cpu/ev",
             run.rate, run.cpu_us
         );
         trail.shutdown().await;
