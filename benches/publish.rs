@@ -230,6 +230,13 @@ struct Run {
     cpu_us: f64,
 }
 
+impl Run {
+    /// The line a process mode prints: `<what> <rate> ev/s, <cpu> us cpu/ev`.
+    fn print(&self, what: &str) {
+        println!("{what} {:.0} ev/s, {:.1} us cpu/ev", self.rate, self.cpu_us);
+    }
+}
+
 /// Wall time and process CPU time from `start` to `stop`.
 struct Clock {
     wall: Instant,
@@ -646,10 +653,7 @@ fn drain_kafka_process(store: &str) {
         let trail = trail(std::path::Path::new(store), &["kafka"]);
         let sink = KafkaSink::new(KafkaConfig::new(&brokers, TOPIC)).unwrap();
         let run = drain(&trail, Arc::new(sink), "kafka").await;
-        println!(
-            "kafka drain {:.0} ev/s, {:.1} us cpu/ev",
-            run.rate, run.cpu_us
-        );
+        run.print("kafka drain");
         trail.shutdown().await;
     });
 }
@@ -691,10 +695,7 @@ fn drain_webhook_process(store: &str) {
         let config = WebhookConfig::new(url, vec![SECRET.into()]);
         let sink = WebhookSink::new(config).unwrap();
         let run = drain(&trail, Arc::new(sink), "hook").await;
-        println!(
-            "webhook drain {:.0} ev/s, {:.1} us cpu/ev",
-            run.rate, run.cpu_us
-        );
+        run.print("webhook drain");
         trail.shutdown().await;
     });
 }
@@ -710,10 +711,7 @@ fn bare_webhook_process(store: &str) {
         let bare = BareWebhook::new(&trail, &url);
         let concurrency = WebhookConfig::new(url, vec![SECRET.into()]).max_in_flight;
         let run = bare.send(concurrency).await;
-        println!(
-            "bare webhook {:.0} ev/s, {:.1} us cpu/ev",
-            run.rate, run.cpu_us
-        );
+        run.print("bare webhook");
         trail.shutdown().await;
     });
 }
