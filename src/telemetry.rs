@@ -307,12 +307,15 @@ pub fn render() -> String {
 }
 
 /// Install the `tracing` subscriber: `level` is an env-filter directive (`RUST_LOG`
-/// overrides it), `json` picks JSON lines over text. Logs go to stderr.
+/// overrides it), `json` picks JSON lines over text. Logs go to stderr, coloured only when
+/// it is a terminal: a file, a pipe or journald gets plain text.
 pub fn init_logging(level: &str, json: bool) {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let _ = if json {
         builder.json().try_init()
