@@ -40,6 +40,10 @@ pub(crate) enum Binding {
     Http,
 }
 
+/// The headers a published event has in binary mode: the spec version, id, type, source,
+/// subject, time, content type and three extensions.
+pub(crate) const PUBLISHED_HEADERS: usize = 10;
+
 /// The attributes and extensions a published event has, with their header names in each
 /// binding (`datacontenttype` is `content-type` in both).
 const HEADER_NAMES: [(&str, &str, &str); 10] = [
@@ -55,18 +59,29 @@ const HEADER_NAMES: [(&str, &str, &str); 10] = [
     ("partitionkey", "ce_partitionkey", "ce-partitionkey"),
 ];
 
+/// Each attribute and extension a published event has, with its header name in `binding`
+/// (`content-type` for `datacontenttype`).
+pub(crate) fn known_headers(
+    binding: Binding,
+) -> impl Iterator<Item = (&'static str, &'static str)> {
+    HEADER_NAMES
+        .iter()
+        .map(move |(name, kafka, http)| {
+            let header = match binding {
+                Binding::Kafka => kafka,
+                Binding::Http => http,
+            };
+            (*name, *header)
+        })
+        .chain([("datacontenttype", "content-type")])
+}
+
 /// The header attribute or extension `name` goes in, in binary mode: `content-type` for
 /// `datacontenttype`, else `ce_<name>` (Kafka) or `ce-<name>` (HTTP); static for the names
 /// a published event has.
 pub(crate) fn header_name(binding: Binding, name: &str) -> Cow<'static, str> {
-    if name == "datacontenttype" {
-        return Cow::Borrowed("content-type");
-    }
-    match HEADER_NAMES.iter().find(|(known, ..)| *known == name) {
-        Some((_, kafka, http)) => Cow::Borrowed(match binding {
-            Binding::Kafka => kafka,
-            Binding::Http => http,
-        }),
+    match known_headers(binding).find(|(known, _)| *known == name) {
+        Some((_, header)) => Cow::Borrowed(header),
         None => Cow::Owned(match binding {
             Binding::Kafka => format!("ce_{name}"),
             Binding::Http => format!("ce-{name}"),

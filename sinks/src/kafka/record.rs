@@ -16,10 +16,6 @@ use rdkafka::message::{Header, OwnedHeaders};
 
 use crate::encoding::{self, Binding};
 
-/// The headers a published event has: the spec version, id, type, source, subject, time,
-/// content type and three extensions.
-const HEADERS: usize = 10;
-
 /// An event's Kafka record: its binary-mode headers and value.
 pub(crate) struct Record<'a> {
     pub(crate) headers: OwnedHeaders,
@@ -29,7 +25,7 @@ pub(crate) struct Record<'a> {
 impl<'a> Record<'a> {
     /// The record of `event` (fails only for JSON data that does not serialize).
     pub(crate) fn of(event: &'a Event) -> Result<Record<'a>, serde_json::Error> {
-        let mut headers = OwnedHeaders::new_with_capacity(HEADERS);
+        let mut headers = OwnedHeaders::new_with_capacity(encoding::PUBLISHED_HEADERS);
         for (name, attribute) in event.iter() {
             headers = headers.insert(Header {
                 key: &encoding::header_name(Binding::Kafka, name),
@@ -82,6 +78,6 @@ mod tests {
         let names: Vec<String> = pairs(&ours.headers).into_iter().map(|(k, _)| k).collect();
         assert!(names.contains(&"content-type".to_owned()), "{names:?}");
         assert!(names.contains(&"ce_partitionkey".to_owned()), "{names:?}");
-        assert_eq!(names.len(), HEADERS, "{names:?}");
+        assert_eq!(names.len(), encoding::PUBLISHED_HEADERS, "{names:?}");
     }
 }
