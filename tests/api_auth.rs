@@ -4,15 +4,17 @@
 
 #[path = "common/api.rs"]
 mod api;
+#[path = "common/served.rs"]
+mod served;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::io::Write;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use api::*;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
+use served::{serve, Stream};
 
 const SOURCES: &str = "/admin/v1/tenants/t1/sources";
 
@@ -78,59 +80,6 @@ async fn missing_or_wrong_tokens_are_401_and_missing_scopes_403_without_rows() {
     node.stop().await;
 }
 
-/// A running `ankusa serve` child with its stdout lines on a channel.
-struct Served {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    base: String,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(dir: &std::path::Path) -> Served {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let config = dir.join("node.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[node]\ndata_dir = \"{}\"\n[api]\nlisten = \"127.0.0.1:{port}\"\n",
-            dir.join("data").display()
-        ),
-    )
-    .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ankusa"))
-        .args(["--config", config.to_str().unwrap(), "serve"])
-        .current_dir(dir)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn ankusa serve");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    Served {
-        child,
-        lines,
-        base: format!("http://127.0.0.1:{port}"),
-    }
-}
-
 async fn wait_ready(client: &reqwest::Client, base: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
@@ -148,7 +97,7 @@ async fn wait_ready(client: &reqwest::Client, base: &str) {
 async fn a_fresh_node_makes_one_admin_token_and_prints_it_once() {
     let dir = tempfile::tempdir().unwrap();
     let client = reqwest::Client::new();
-    let first = serve(dir.path());
+    let first = serve(dir.path(), "", Stream::Stdout);
     wait_ready(&client, &first.base).await;
     let mut printed = Vec::new();
     let token = loop {
@@ -179,7 +128,7 @@ async fn a_fresh_node_makes_one_admin_token_and_prints_it_once() {
     drop(first);
 
     // A later start reads the digest: the same token works, and nothing is printed.
-    let second = serve(dir.path());
+    let second = serve(dir.path(), "", Stream::Stdout);
     wait_ready(&client, &second.base).await;
     let rows: serde_json::Value = client
         .get(format!("{}/admin/v1/audit", second.base))

@@ -2,67 +2,32 @@
 //! going to a pipe writes plain text (no terminal colour codes) or, with
 //! `log.format = "json"`, one JSON object per line.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
+#[path = "common/served.rs"]
+mod served;
+
 use std::time::Duration;
 
 use serde_json::Value;
+use served::{serve, Stream};
 
 /// Start `ankusa serve` on a fresh store with `log.format = format`, and return its stderr
 /// lines up to and including the one that says it is serving.
 fn lines_until_serving(format: &str) -> Vec<String> {
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let config = dir.path().join("node.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[node]\ndata_dir = \"{}\"\n[api]\nlisten = \"127.0.0.1:{port}\"\n\
-             [log]\nlevel = \"info\"\nformat = \"{format}\"\n",
-            dir.path().join("data").display()
-        ),
-    )
-    .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ankusa"))
-        .args(["--config", config.to_str().unwrap(), "serve"])
-        .current_dir(dir.path())
-        .env_remove("RUST_LOG")
-        .env_remove("NO_COLOR")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn ankusa serve");
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let served = serve(
+        dir.path(),
+        &format!("[log]\nlevel = \"info\"\nformat = \"{format}\"\n"),
+        Stream::Stderr,
+    );
     let mut lines = Vec::new();
-    let serving = loop {
-        match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(line) => {
-                let done = line.contains("node serving");
-                lines.push(line);
-                if done {
-                    break true;
-                }
-            }
-            Err(_) => break false,
+    while let Ok(line) = served.lines.recv_timeout(Duration::from_secs(30)) {
+        let serving = line.contains("node serving");
+        lines.push(line);
+        if serving {
+            return lines;
         }
-    };
-    child.kill().unwrap();
-    child.wait().unwrap();
-    assert!(serving, "no \"node serving\" line: {lines:?}");
-    lines
+    }
+    panic!("no \"node serving\" line: {lines:?}");
 }
 
 #[test]
