@@ -265,7 +265,7 @@ impl Sink for WebhookSink {
 }
 
 /// The binary-mode header of attribute or extension `name`. The names a published event has
-/// are made once: `HeaderName::from_static` checks its text each time it runs, a dozen times
+/// are made once: `HeaderName::from_static` checks its text each time it runs, ten times
 /// per request.
 fn binary_header(name: &str) -> Result<HeaderName, ()> {
     static KNOWN: LazyLock<Vec<(&str, HeaderName)>> = LazyLock::new(|| {
