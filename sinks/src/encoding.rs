@@ -45,7 +45,8 @@ pub(crate) enum Binding {
 pub(crate) const PUBLISHED_HEADERS: usize = 10;
 
 /// The attributes and extensions a published event has, with their header names in each
-/// binding (`datacontenttype` is `content-type` in both).
+/// binding: all but `datacontenttype`, which is `content-type` in both ([`known_headers`]
+/// adds it).
 const HEADER_NAMES: [(&str, &str, &str); 10] = [
     ("specversion", "ce_specversion", "ce-specversion"),
     ("id", "ce_id", "ce-id"),
