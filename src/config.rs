@@ -11,7 +11,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use figment::providers::{Env, Format, Toml};
-use figment::Figment;
+use figment::{Figment, Provider};
 use ipnet::IpNet;
 use serde::Deserialize;
 
@@ -429,9 +429,11 @@ pub enum LogFormat {
 /// A configuration that could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// A key is unknown, missing, or of the wrong type (the message names it).
+    /// A file could not be read, or a key is unknown, missing, or of the wrong type: one
+    /// line per error, each naming where it came from and the key as the operator wrote it
+    /// (`c.toml: audit.max_rows: ...`, `ANKUSA_AUDIT__MAX_ROWS: ...`).
     #[error("configuration: {0}")]
-    Parse(#[from] Box<figment::Error>),
+    Parse(String),
     /// A value is of the right type but not acceptable.
     #[error("configuration: {key}: {message}")]
     Invalid {
@@ -445,19 +447,25 @@ pub enum ConfigError {
 impl Config {
     /// Load the layers: defaults, then `file` (if any), then the environment.
     pub fn load(file: Option<&Path>) -> Result<Config, ConfigError> {
-        Self::load_from(file, Env::prefixed("ANKUSA_"))
+        Self::load_from(file, "ANKUSA_")
     }
 
-    /// Load the layers with an explicit environment provider (tests).
-    pub fn load_from(file: Option<&Path>, env: Env) -> Result<Config, ConfigError> {
+    /// Load the layers with the environment's variables read under `prefix` (tests).
+    pub fn load_from(file: Option<&Path>, prefix: &str) -> Result<Config, ConfigError> {
         let mut figment = Figment::from(Toml::string(DEFAULT_TOML));
         if let Some(file) = file {
             figment = figment.merge(Toml::file_exact(file));
         }
-        // Only ANKUSA_<SECTION>__<KEY> variables are settings; others with the prefix (such
+        // Only <PREFIX><SECTION>__<KEY> variables are settings; others with the prefix (such
         // as ANKUSA_CONFIG, the --config flag's variable) are not.
-        let env = env.filter(|k| k.as_str().contains("__")).split("__");
-        let config: Config = figment.merge(env).extract().map_err(Box::new)?;
+        let env = Env::prefixed(prefix)
+            .filter(|k| k.as_str().contains("__"))
+            .split("__");
+        let env_name = env.metadata().name;
+        let config: Config = figment
+            .merge(env)
+            .extract()
+            .map_err(|e| ConfigError::Parse(describe(e, &env_name, prefix)))?;
         config.validate()?;
         Ok(config)
     }
@@ -554,6 +562,43 @@ fn invalid(key: &'static str, message: &str) -> Result<(), ConfigError> {
     })
 }
 
+/// figment's errors, one line each, in an operator's terms. figment's own text names the
+/// key with its profile (`default.audit.max_rows`) or, for the environment, as dotted upper
+/// case, which is neither what the file says nor the variable's name.
+fn describe(error: figment::Error, env_name: &str, prefix: &str) -> String {
+    error
+        .into_iter()
+        .map(|e| {
+            let kind = e.kind.to_string();
+            let kind = kind.split_whitespace().collect::<Vec<_>>().join(" ");
+            let from_env = e.metadata.as_ref().is_some_and(|m| m.name == env_name);
+            let key = if e.path.is_empty() {
+                None
+            } else if from_env {
+                let path: Vec<String> = e.path.iter().map(|k| k.to_ascii_uppercase()).collect();
+                Some(format!("{prefix}{}", path.join("__")))
+            } else {
+                Some(e.path.join("."))
+            };
+            let source = match &e.metadata {
+                _ if from_env => None,
+                Some(m) => Some(match &m.source {
+                    Some(source) => source.to_string(),
+                    None if m.name.contains("source string") => "the embedded default".into(),
+                    None => m.name.to_string(),
+                }),
+                None => None,
+            };
+            [source, key, Some(kind)]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(": ")
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -562,12 +607,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.toml");
         std::fs::write(&path, toml).unwrap();
-        Config::load_from(Some(&path), Env::prefixed("ANKUSA_TEST_NONE_"))
+        Config::load_from(Some(&path), "ANKUSA_TEST_NONE_")
     }
 
     #[test]
     fn embedded_default_loads() {
-        let c = Config::load_from(None, Env::prefixed("ANKUSA_TEST_NONE_")).unwrap();
+        let c = Config::load_from(None, "ANKUSA_TEST_NONE_").unwrap();
         assert_eq!(c.api.listen, "127.0.0.1:8080".parse().unwrap());
         assert!(c.lifecycle.enabled);
         assert_eq!(c.log.format, LogFormat::Text);
@@ -615,11 +660,40 @@ mod tests {
         assert!(err.contains("format"), "{err}");
     }
 
+    #[test]
+    fn parse_errors_name_the_file_and_the_key_as_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "[audit]\nmax_rows = \"lots\"\n").unwrap();
+        let err = Config::load_from(Some(&path), "ANKUSA_TEST_NONE_")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            format!(
+                "configuration: {}: audit.max_rows: invalid type: found string \"lots\", \
+                 expected u64",
+                path.display()
+            )
+        );
+        let missing = dir.path().join("missing.toml");
+        let err = Config::load_from(Some(&missing), "ANKUSA_TEST_NONE_")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            format!(
+                "configuration: {}: No such file or directory (os error 2)",
+                missing.display()
+            )
+        );
+    }
+
     const DIGEST: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
 
     #[test]
     fn api_defaults_and_tokens_load() {
-        let c = Config::load_from(None, Env::prefixed("ANKUSA_TEST_NONE_")).unwrap();
+        let c = Config::load_from(None, "ANKUSA_TEST_NONE_").unwrap();
         assert_eq!(c.api.body_limit, 1 << 20);
         assert!(c.api.trusted_proxies.is_empty());
         assert!(c.api.tokens.is_empty());
@@ -685,7 +759,7 @@ mod tests {
 
     #[test]
     fn audit_defaults_load_and_bad_values_are_refused_by_name() {
-        let c = Config::load_from(None, Env::prefixed("ANKUSA_TEST_NONE_")).unwrap();
+        let c = Config::load_from(None, "ANKUSA_TEST_NONE_").unwrap();
         let limits = c.audit.limits();
         assert_eq!(
             limits,
@@ -733,7 +807,21 @@ mod tests {
             let err = Config::load(Some(Path::new("c.toml")))
                 .unwrap_err()
                 .to_string();
-            assert!(err.contains("bogus"), "{err}");
+            assert!(
+                err.starts_with("configuration: ANKUSA_API__BOGUS: "),
+                "{err}"
+            );
+            assert!(err.contains("unknown field: found `bogus`"), "{err}");
+            jail.clear_env();
+            jail.set_env("ANKUSA_AUDIT__MAX_ROWS", "lots");
+            let err = Config::load(Some(Path::new("c.toml")))
+                .unwrap_err()
+                .to_string();
+            assert_eq!(
+                err,
+                "configuration: ANKUSA_AUDIT__MAX_ROWS: invalid type: found string \"lots\", \
+                 expected u64"
+            );
             Ok(())
         });
     }

@@ -11,11 +11,8 @@ fn every_shipped_config_loads() {
     for entry in std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("config")).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "toml") {
-            let config = Config::load_from(
-                Some(&path),
-                figment::providers::Env::prefixed("ANKUSA_TEST_NONE_"),
-            )
-            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let config = Config::load_from(Some(&path), "ANKUSA_TEST_NONE_")
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             for name in &config.lifecycle.sinks {
                 assert!(
                     config.lifecycle.sink.contains_key(name),
@@ -32,11 +29,7 @@ fn every_shipped_config_loads() {
 #[test]
 fn compose_config_publishes_to_kafka_and_the_webhook_receiver() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/compose.toml");
-    let config = Config::load_from(
-        Some(&path),
-        figment::providers::Env::prefixed("ANKUSA_TEST_NONE_"),
-    )
-    .unwrap();
+    let config = Config::load_from(Some(&path), "ANKUSA_TEST_NONE_").unwrap();
     assert_eq!(
         config.lifecycle.sinks,
         vec!["kafka".to_owned(), "webhook".to_owned()]

@@ -8,10 +8,7 @@ fn load(toml: &str) -> Result<Config, ConfigError> {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.toml");
     std::fs::write(&path, toml).unwrap();
-    Config::load_from(
-        Some(&path),
-        figment::providers::Env::prefixed("ANKUSA_TEST_NONE_"),
-    )
+    Config::load_from(Some(&path), "ANKUSA_TEST_NONE_")
 }
 
 #[test]
