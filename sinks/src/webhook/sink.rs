@@ -106,8 +106,10 @@ impl WebhookSink {
             .collect()
     }
 
-    /// Sends the events at `lane` (one key, ascending seq) one by one; after the first
-    /// failure, the rest are not sent and come back as `Retry`, keeping the key's order.
+    /// Sends the events at `lane` (one key, ascending seq) one by one. After an event that
+    /// must be retried (or a 410), the rest are not sent and come back as `Retry`, keeping
+    /// the key's order. An event refused for good does not hold its key back: it is
+    /// dead-lettered and the sink moves on, as the Kafka sink does.
     async fn send_lane(&self, events: &[Delivery], lane: Vec<usize>) -> Vec<(usize, Outcome)> {
         let mut results = Vec::with_capacity(lane.len());
         let mut blocked: Option<Option<Duration>> = None;
@@ -119,9 +121,9 @@ impl WebhookSink {
             }
             let outcome = self.send_one(&events[index]).await;
             match &outcome {
-                Outcome::Delivered => {}
+                Outcome::Delivered | Outcome::Rejected { .. } => {}
                 Outcome::Retry { after, .. } => blocked = Some(*after),
-                _ => blocked = Some(None),
+                Outcome::Disabled { .. } => blocked = Some(None),
             }
             results.push((index, outcome));
         }

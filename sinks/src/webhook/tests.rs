@@ -319,6 +319,27 @@ async fn a_failure_holds_back_the_rest_of_its_key_only() {
     assert_eq!(sent, expected_sent, "seq 5 must not be sent");
 }
 
+/// A permanent refusal is the event's alone: it is dead-lettered and the rest of its key
+/// goes in the same attempt (holding them back would stall the sink in retries).
+#[tokio::test]
+async fn a_refused_event_does_not_hold_back_its_key() {
+    let receiver = Receiver::start().await;
+    receiver.fail_seq(3, 400);
+    let sink = sink(&receiver, WebhookMode::Binary);
+    let keys = ["a", "b", "a", "b", "a", "b"];
+    let events: Vec<Delivery> = (1..=6).map(|s| sample(s, keys[s as usize - 1])).collect();
+
+    let outcomes = sink.send(&events).await;
+
+    let refused = Outcome::Rejected {
+        reason: "http_400".into(),
+    };
+    let mut expected = vec![Outcome::Delivered; 6];
+    expected[2] = refused;
+    assert_eq!(outcomes, expected);
+    assert_eq!(seqs_of_key(&receiver.requests(), "a").len(), 3);
+}
+
 #[tokio::test]
 async fn healthcheck_uses_the_configured_url_or_passes_without_one() {
     let receiver = Receiver::start().await;
