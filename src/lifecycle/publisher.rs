@@ -480,30 +480,64 @@ async fn abandon(in_flight: &mut VecDeque<InFlight>, reading: &mut Option<Readin
 /// writer in order, one at a time, and merges into one write whatever was handed over while
 /// the previous write synced (the newest position, every dead letter). The status shows a
 /// position once it is durable.
+///
+/// A write that fails is tried again, merged with what came since, until it lands: a later
+/// position must never be persisted without the dead letters of an earlier one (their events
+/// would be past the position and in no store). Once the lane has stopped, a failed write is
+/// given up: nothing was persisted, so after a restart those events are delivered again, with
+/// their ids, and refused ones are dead-lettered again.
 struct Persister {
     positions: mpsc::UnboundedSender<(u64, Vec<Entry>)>,
     task: JoinHandle<()>,
 }
+
+/// The pause before a failed position write is tried again.
+const PERSIST_RETRY: Duration = Duration::from_secs(1);
 
 impl Persister {
     fn start(trail: &Trail, sink: &str, status: &SharedStatus) -> Persister {
         let (positions, mut handed) = mpsc::unbounded_channel::<(u64, Vec<Entry>)>();
         let (trail, sink, status) = (trail.clone(), sink.to_owned(), status.clone());
         let task = tokio::spawn(async move {
-            while let Some((mut to, mut dead)) = handed.recv().await {
-                while let Ok((newer, more)) = handed.try_recv() {
-                    to = to.max(newer);
-                    dead.extend(more);
+            // Handed over and not yet durable: the newest position and every dead letter.
+            let mut unwritten: Option<(u64, Vec<Entry>)> = None;
+            let mut stopped = false;
+            loop {
+                let (mut to, mut dead) = match unwritten.take() {
+                    Some(write) => write,
+                    None => match handed.recv().await {
+                        Some(write) => write,
+                        None => break,
+                    },
+                };
+                loop {
+                    match handed.try_recv() {
+                        Ok((newer, more)) => {
+                            to = to.max(newer);
+                            dead.extend(more);
+                        }
+                        Err(mpsc::error::TryRecvError::Empty) => break,
+                        Err(mpsc::error::TryRecvError::Disconnected) => {
+                            stopped = true;
+                            break;
+                        }
+                    }
                 }
-                match trail.advance(&sink, to, dead).await {
+                // Dead letters are few: copied only so that a failed write keeps them.
+                match trail.advance(&sink, to, dead.clone()).await {
                     Ok(()) => {
                         fail::fail_point!("lifecycle::after_persist");
                         status::update(&status, |s| s.position = s.position.max(to));
                         report_position(&sink, &status);
                     }
-                    // Not persisted: after a restart these events are delivered again, with
-                    // their ids.
-                    Err(e) => note_error(&sink, &status, &format!("persisting the position: {e}")),
+                    Err(e) => {
+                        note_error(&sink, &status, &format!("persisting the position: {e}"));
+                        if stopped {
+                            break;
+                        }
+                        unwritten = Some((to, dead));
+                        tokio::time::sleep(PERSIST_RETRY).await;
+                    }
                 }
             }
         });
@@ -597,6 +631,39 @@ mod tests {
         assert_eq!(store.meta_u64(&meta::sink_cursor("s")).unwrap(), 50);
         assert_eq!(dead_letters::count(&store, "s").unwrap(), 10);
         assert_eq!(status::snapshot(&status).position, 50);
+        trail.shutdown().await;
+    }
+
+    /// A position write that fails is tried again with what came since: the dead letters of
+    /// the failed write reach the store with the later position, never after it or not at all.
+    #[cfg(feature = "failpoints")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_position_write_keeps_its_dead_letters() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let options = TrailOptions {
+            sinks: vec!["s".into()],
+            ..TrailOptions::default()
+        };
+        let trail = Trail::start(store.clone(), options, Arc::new(SystemClock)).unwrap();
+        let status = status::starting("s", "file", 0);
+        let scenario = fail::FailScenario::setup();
+        // Every write through the syncer; the first one fails.
+        fail::cfg("audit::inline", "return").unwrap();
+        fail::cfg("audit::write", "1*return").unwrap();
+        let persister = Persister::start(&trail, "s", &status);
+        persister.write(7, vec![(keys::dead_letter_key("s", 7), br#"{}"#.to_vec())]);
+        while status::snapshot(&status).last_error.is_none() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        persister.write(20, Vec::new());
+        while status::snapshot(&status).position < 20 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        persister.finish().await;
+        assert_eq!(store.meta_u64(&meta::sink_cursor("s")).unwrap(), 20);
+        assert_eq!(dead_letters::count(&store, "s").unwrap(), 1);
+        drop(scenario);
         trail.shutdown().await;
     }
 }
