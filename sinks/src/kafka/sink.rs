@@ -1,22 +1,30 @@
 //! Producing events and reading their delivery reports.
 //!
+//! A key's records reach the topic in seq order, even across failures, because the publisher
+//! resends from the first event that failed and this sink never lets a later record of a key
+//! go out before an earlier one that failed:
+//! - a record that could not even be enqueued holds back the rest of its key in the attempt,
+//!   and the attempt is not open (nothing is submitted after it until it is settled);
+//! - a record whose delivery failed (a timeout while its partition had no leader, say) purges
+//!   what is still queued in the producer, so the records enqueued after it, by this attempt
+//!   or later ones in flight, fail too instead of going out ahead of its resend;
+//! - a fatal producer error (an idempotent producer that lost its sequence state cannot
+//!   continue) is mended by a fresh producer only once no attempt is under way on the broken
+//!   one: records enqueued on the fresh one could overtake theirs. Until then attempts fail
+//!   at once.
+//!
 //! The producer sits behind a `std::sync::RwLock<Arc<_>>`: an attempt clones the `Arc` and lets
-//! go of the lock at once (it is never held across an await), so a fatal producer error (an
-//! idempotent producer that lost its sequence state cannot continue) can swap in a fresh
-//! producer, at the start of the next attempt, while attempts in flight still finish on the old
-//! one. Records of a partition key whose
-//! earlier record could not even be enqueued are held back, so a key's order is never broken by
-//! this sink; the publisher resends them.
+//! go of the lock at once (it is never held across an await).
 
 use std::borrow::Cow;
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer, PurgeConfig};
 use rdkafka::ClientConfig;
 
 use super::config::KafkaConfig;
@@ -41,6 +49,25 @@ pub struct KafkaSink {
     healthcheck_timeout: Duration,
     /// How many times a fatal error replaced the producer (for metrics and tests).
     recreations: AtomicU64,
+    /// Attempts handed out whose outcomes are not yet settled (or dropped).
+    attempts: Arc<AtomicUsize>,
+}
+
+/// One attempt under way: counted in [`KafkaSink::attempts`] until its outcomes are read or
+/// dropped.
+struct Underway(Arc<AtomicUsize>);
+
+impl Underway {
+    fn start(attempts: &Arc<AtomicUsize>) -> Underway {
+        attempts.fetch_add(1, Ordering::SeqCst);
+        Underway(Arc::clone(attempts))
+    }
+}
+
+impl Drop for Underway {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl std::fmt::Debug for KafkaSink {
@@ -63,6 +90,7 @@ impl KafkaSink {
             message_timeout: config.message_timeout,
             healthcheck_timeout: config.healthcheck_timeout,
             recreations: AtomicU64::new(0),
+            attempts: Arc::new(AtomicUsize::new(0)),
         })
     }
 
@@ -71,12 +99,12 @@ impl KafkaSink {
         self.recreations.load(Ordering::Relaxed)
     }
 
-    fn producer(&self) -> Arc<FutureProducer> {
+    pub(super) fn producer(&self) -> Arc<FutureProducer> {
         Arc::clone(&self.producer.read().unwrap_or_else(PoisonError::into_inner))
     }
 
-    /// Replaces `broken` with a new producer if it is in a fatal state and still the live
-    /// one; returns whether it was fatal.
+    /// Replaces `broken` with a new producer if it is in a fatal state, still the live one,
+    /// and no attempt is under way (see the module doc); returns whether it was fatal.
     fn recreate_if_fatal(&self, broken: &Arc<FutureProducer>) -> bool {
         let Some((code, _)) = broken.client().fatal_error() else {
             return false;
@@ -85,7 +113,7 @@ impl KafkaSink {
             .producer
             .write()
             .unwrap_or_else(PoisonError::into_inner);
-        if Arc::ptr_eq(&live, broken) {
+        if Arc::ptr_eq(&live, broken) && self.attempts.load(Ordering::SeqCst) == 0 {
             match create(&self.client_config) {
                 Ok(fresh) => {
                     retire(std::mem::replace(&mut *live, Arc::new(fresh)));
@@ -150,8 +178,16 @@ impl Sink for KafkaSink {
     async fn submit(&self, events: &[Delivery]) -> Submitted {
         let mut producer = self.producer();
         if self.recreate_if_fatal(&producer) {
-            retire(std::mem::replace(&mut producer, self.producer()));
+            let live = self.producer();
+            if Arc::ptr_eq(&live, &producer) {
+                // Not replaced: attempts are still under way on it.
+                let outcomes = vec![retry("producer_fatal"); events.len()];
+                report_failures(&outcomes);
+                return Submitted::done(outcomes);
+            }
+            retire(std::mem::replace(&mut producer, live));
         }
+        let underway = Underway::start(&self.attempts);
         let deadline = Instant::now() + self.message_timeout;
         let mut outcomes = vec![None; events.len()];
         let mut pending = Vec::with_capacity(events.len());
@@ -185,7 +221,7 @@ impl Sink for KafkaSink {
         }
         Submitted {
             open: held_keys.is_empty(),
-            outcomes: Box::pin(reports(producer, outcomes, pending)),
+            outcomes: Box::pin(reports(producer, outcomes, pending, underway)),
         }
     }
 
@@ -201,22 +237,32 @@ impl Sink for KafkaSink {
 }
 
 /// The outcomes of an attempt: those known at enqueue time, and the delivery reports of the
-/// rest. When the producer turned fatal meanwhile, only what it confirmed counts as
-/// delivered; the next attempt replaces it (see `recreate_if_fatal`).
+/// rest. The first delivery that must be retried purges the producer's queue (see the module
+/// doc). When the producer turned fatal meanwhile, only what it confirmed counts as
+/// delivered; a later attempt replaces it (see `recreate_if_fatal`).
 async fn reports(
     producer: Arc<FutureProducer>,
     mut outcomes: Vec<Option<Outcome>>,
     pending: Vec<(usize, DeliveryFuture)>,
+    underway: Underway,
 ) -> Vec<Outcome> {
-    let reports = futures::future::join_all(pending.into_iter().map(|(i, f)| async move {
-        let outcome = match f.await {
-            Ok(Ok(_)) => Outcome::Delivered,
-            Ok(Err((error, _))) => classify(&error),
-            Err(_canceled) => retry("delivery_canceled"),
-        };
-        (i, outcome)
+    let purged = AtomicBool::new(false);
+    let reports = futures::future::join_all(pending.into_iter().map(|(i, f)| {
+        let (producer, purged) = (&producer, &purged);
+        async move {
+            let outcome = match f.await {
+                Ok(Ok(_)) => Outcome::Delivered,
+                Ok(Err((error, _))) => classify(&error),
+                Err(_canceled) => retry("delivery_canceled"),
+            };
+            if matches!(outcome, Outcome::Retry { .. }) && !purged.swap(true, Ordering::SeqCst) {
+                purge_queued(producer).await;
+            }
+            (i, outcome)
+        }
     }))
     .await;
+    drop(underway);
     for (index, outcome) in reports {
         outcomes[index] = Some(outcome);
     }
@@ -237,6 +283,17 @@ async fn reports(
         retire(producer);
     }
     outcomes
+}
+
+/// Fails every record still queued in `producer` (not those already sent to a broker, which
+/// keep their order by the idempotent producer's sequence numbers). librdkafka waits for its
+/// threads to drop them: off the runtime.
+async fn purge_queued(producer: &Arc<FutureProducer>) {
+    let producer = Arc::clone(producer);
+    let purge = move || producer.purge(PurgeConfig::default().queue());
+    if let Err(e) = tokio::task::spawn_blocking(purge).await {
+        tracing::error!(error = %e, "purging the kafka producer's queue failed");
+    }
 }
 
 fn create(config: &ClientConfig) -> Result<FutureProducer, SinkError> {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::{Headers, OwnedMessage};
 use rdkafka::mocking::MockCluster;
-use rdkafka::producer::DefaultProducerContext;
+use rdkafka::producer::{DefaultProducerContext, Producer};
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
@@ -212,6 +212,93 @@ async fn a_fatal_producer_error_recreates_the_producer() {
     let records = read(&cluster, topic, 1, 2).await;
     assert_eq!(header(&headers(&records[0]), "ce_id"), event_id(1));
     assert_eq!(header(&headers(&records[1]), "ce_id"), event_id(2));
+}
+
+fn producer_fatal() -> Outcome {
+    Outcome::Retry {
+        after: None,
+        reason: "producer_fatal".into(),
+    }
+}
+
+/// An attempt submitted while an earlier one is still under way on a producer that turned
+/// fatal fails at once: on a fresh producer its records would overtake the earlier ones,
+/// which fail. The producer is replaced once nothing is under way on it.
+#[tokio::test]
+async fn a_fatal_producer_is_replaced_only_once_its_attempts_are_settled() {
+    let topic = "ankusa-fatal-in-flight";
+    let cluster = cluster(topic, 1);
+    let sink = KafkaSink::new(config(&cluster, topic)).unwrap();
+    let desync = RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER;
+    cluster.request_errors(RDKafkaApiKey::Produce, &[desync]);
+
+    let first = sink.submit(&[sample(1, "k")]).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sink.producer().client().fatal_error().is_none() {
+        assert!(Instant::now() < deadline, "the producer never turned fatal");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let second = sink.submit(&[sample(2, "k")]).await;
+    assert!(!second.open);
+    assert_eq!(second.outcomes.await, vec![producer_fatal()]);
+    assert_eq!(first.outcomes.await, vec![producer_fatal()]);
+    assert_eq!(sink.producer_recreations(), 0);
+
+    assert_eq!(
+        sink.send(&[sample(1, "k"), sample(2, "k")]).await,
+        vec![Outcome::Delivered; 2]
+    );
+    assert_eq!(sink.producer_recreations(), 1);
+    let records = read(&cluster, topic, 1, 2).await;
+    assert_eq!(header(&headers(&records[0]), "ce_id"), event_id(1));
+    assert_eq!(header(&headers(&records[1]), "ce_id"), event_id(2));
+}
+
+/// A record that timed out while its partition had no leader is not overtaken by a record
+/// of its key enqueued after it (a later attempt in flight): that one fails too, so the
+/// resend keeps the key's order. Without the purge, the later record went out as soon as
+/// the broker was back.
+#[tokio::test]
+async fn a_record_that_failed_is_not_overtaken_by_a_later_one_of_its_key() {
+    let topic = "ankusa-overtake";
+    let cluster = cluster(topic, 1);
+    let mut config = config(&cluster, topic);
+    config.message_timeout = Duration::from_millis(1500);
+    for (key, value) in [
+        ("reconnect.backoff.ms", "10"),
+        ("reconnect.backoff.max.ms", "50"),
+    ] {
+        config.properties.insert(key.into(), value.into());
+    }
+    let sink = KafkaSink::new(config).unwrap();
+    assert_eq!(sink.send(&[sample(1, "k")]).await, vec![Outcome::Delivered]);
+
+    cluster.broker_down(1).unwrap();
+    let first = sink.submit(&[sample(2, "k")]).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let second = sink.submit(&[sample(3, "k")]).await;
+    assert!(second.open);
+    let failed = first.outcomes.await;
+    assert!(matches!(failed[0], Outcome::Retry { .. }), "{failed:?}");
+    cluster.broker_up(1).unwrap();
+    let later = second.outcomes.await;
+    assert!(matches!(later[0], Outcome::Retry { .. }), "{later:?}");
+
+    assert_eq!(
+        sink.send(&[sample(2, "k"), sample(3, "k")]).await,
+        vec![Outcome::Delivered; 2]
+    );
+    let records = read(&cluster, topic, 1, 3).await;
+    let ids: Vec<&str> = records
+        .iter()
+        .map(|r| std::str::from_utf8(r.key().unwrap()).unwrap())
+        .collect();
+    assert_eq!(ids, ["k"; 3]);
+    let ids: Vec<String> = records
+        .iter()
+        .map(|r| header(&headers(r), "ce_id").to_owned())
+        .collect();
+    assert_eq!(ids, [event_id(1), event_id(2), event_id(3)]);
 }
 
 #[tokio::test]
