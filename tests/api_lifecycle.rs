@@ -1,5 +1,6 @@
-//! `/admin/v1/lifecycle` over real HTTP: the publisher's status, and a sink's dead letters
-//! listed, redriven (same id, one audit row each) and dropped.
+//! `/admin/v1/lifecycle` over real HTTP: the publisher's status, a sink's dead letters
+//! listed, redriven (same id, one audit row each) and dropped, and a sink its destination
+//! disabled enabled again.
 
 #[path = "common/api.rs"]
 mod api;
@@ -206,6 +207,63 @@ async fn status_dead_letters_redrive_and_drop() {
             ),
         ]
     );
+    node.stop().await;
+}
+
+/// A webhook answering 410 disables its sink at its position; once the destination is
+/// mended, an operator enables it again (one `sink.enable` row) and it resumes from there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disabled_sink_is_enabled_again_by_an_operator() {
+    let (receiver, url) = Receiver::start(410).await;
+    let node = TestNode::start_with(|v| hook_sink(v, json!(["hook"]), &url)).await;
+    let enable = "/admin/v1/lifecycle/sinks/hook/enable";
+    let r = node.call(Method::POST, enable, WRITER, None).await;
+    assert_error(&r, 409, "conflict");
+    create_source(&node, "s1").await;
+    let s = eventually(&node, "/admin/v1/lifecycle", |s| {
+        s["sinks"][0]["state"] == "disabled"
+    })
+    .await;
+    assert_eq!(s["sinks"][0]["position"], 0);
+    assert_eq!(s["sinks"][0]["last_error"], "http_410");
+
+    // Refused without admin:write, or for a sink nobody configured: no row either way.
+    let r = node.call(Method::POST, enable, READER, None).await;
+    assert_error(&r, 403, "forbidden");
+    let r = node
+        .call(
+            Method::POST,
+            "/admin/v1/lifecycle/sinks/nope/enable",
+            WRITER,
+            None,
+        )
+        .await;
+    assert_error(&r, 404, "not_found");
+    assert_eq!(node.rows().await.len(), 1);
+
+    receiver.answer(200);
+    let r = node.call(Method::POST, enable, WRITER, None).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json(), json!({"enabled": "hook", "audit_seq": 2}));
+    let s = eventually(&node, "/admin/v1/lifecycle", |s| {
+        s["sinks"][0]["position"] == 2
+    })
+    .await;
+    assert_eq!(s["sinks"][0]["state"], "running");
+    assert_eq!(receiver.sequences(), vec![1]);
+    let row = node.row(2).await;
+    assert_eq!(
+        (&row["action"], &row["resource"], &row["actor"]),
+        (
+            &json!("sink.enable"),
+            &json!("sinks/hook"),
+            &json!("writer")
+        )
+    );
+    assert_eq!(row["publish"], false);
+    let r = node.call(Method::POST, enable, WRITER, None).await;
+    assert_error(&r, 409, "conflict");
+    assert_eq!(node.rows().await.len(), 2);
     node.stop().await;
 }
 

@@ -69,7 +69,8 @@ pub enum Outcome {
         reason: String,
     },
     /// The destination is gone (webhook 410): the sink stops and keeps its position until an
-    /// operator re-enables it.
+    /// operator enables it again (`POST /admin/v1/lifecycle/sinks/{sink}/enable`, or a
+    /// restart).
     Disabled {
         /// Why, for the lifecycle status and logs.
         reason: String,

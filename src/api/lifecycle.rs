@@ -1,7 +1,8 @@
 //! `/admin/v1/lifecycle`: the publisher's state, and each sink's dead letters.
 //!
-//! Reading needs `admin:read`. Redriving and dropping dead letters change the node's
-//! operational state, so they need `admin:write` and each removal leaves an audit row.
+//! Reading needs `admin:read`. Redriving and dropping dead letters, and enabling a sink its
+//! destination disabled, change the node's operational state, so they need `admin:write`
+//! and each leaves an audit row.
 
 use axum::extract::State;
 use axum::Json;
@@ -16,7 +17,7 @@ use super::subject::page_limit;
 use super::AppState;
 use crate::audit::CommitError;
 use crate::lifecycle::dead_letters::{self, NoSuchLetter};
-use crate::lifecycle::Publisher;
+use crate::lifecycle::{EnableRefused, Publisher};
 
 /// `?after=<seq>&limit=<n>`.
 #[derive(Debug, Deserialize)]
@@ -105,6 +106,35 @@ pub async fn drop_letter(
     Ok(Json(json!({"dropped": seq, "audit_seq": row})))
 }
 
+/// `POST /admin/v1/lifecycle/sinks/{sink}/enable`: resume a sink its destination disabled
+/// (a 410), from its position; 409 if it is not disabled.
+pub async fn enable(
+    WriteContext(ctx): WriteContext,
+    State(state): State<AppState>,
+    ApiPath(sink): ApiPath<String>,
+) -> Result<Json<Value>, ApiError> {
+    let publisher = state.lifecycle.as_deref();
+    let refused = |e: CommitError<EnableRefused>| match e {
+        CommitError::Refused(EnableRefused::NoSuchSink) => unknown_sink(&sink),
+        CommitError::Refused(EnableRefused::NotDisabled) => ApiError::Conflict {
+            code: "conflict",
+            message: format!("lifecycle sink {sink:?} is not disabled"),
+        },
+        CommitError::StoreUnavailable => ApiError::StoreUnavailable,
+        CommitError::AuditBacklog => ApiError::AuditBacklog,
+    };
+    let publisher = publisher.ok_or_else(|| unknown_sink(&sink))?;
+    let row = publisher
+        .enable(&state.trail, ctx, &sink)
+        .await
+        .map_err(refused)?;
+    Ok(Json(json!({"enabled": sink, "audit_seq": row})))
+}
+
+fn unknown_sink(sink: &str) -> ApiError {
+    ApiError::NotFound(format!("no lifecycle sink named {sink:?}"))
+}
+
 fn known_sink(
     state: &AppState,
     sink: &str,
@@ -113,7 +143,7 @@ fn known_sink(
         .lifecycle
         .as_deref()
         .and_then(|p| p.sink(sink))
-        .ok_or_else(|| ApiError::NotFound(format!("no lifecycle sink named {sink:?}")))
+        .ok_or_else(|| unknown_sink(sink))
 }
 
 fn letter_error(e: CommitError<NoSuchLetter>) -> ApiError {

@@ -146,6 +146,7 @@ pub fn admin() -> (Router<AppState>, Vec<(Method, &'static str)>) {
         "/admin/v1/lifecycle/sinks/{sink}/dead-letters/{seq}",
         lifecycle::drop_letter,
     )
+    .post("/admin/v1/lifecycle/sinks/{sink}/enable", lifecycle::enable)
     .post("/admin/v1/backups", backups::create);
     (table.router, table.routes)
 }

@@ -12,7 +12,7 @@ pub mod outbox;
 pub mod publisher;
 pub mod status;
 
-pub use publisher::{Publisher, PublisherOptions, SinkSpec};
+pub use publisher::{EnableRefused, Publisher, PublisherOptions, SinkSpec};
 pub use status::{SinkState, SinkStatus};
 
 use std::sync::Arc;

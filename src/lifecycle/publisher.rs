@@ -19,13 +19,13 @@ use ankusa_sinks::{Delivery, Outcome, RetryPolicy, Sink};
 use cloudevents::AttributesReader;
 use futures::future::BoxFuture;
 use serde_json::json;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::status::{self, SharedStatus, SinkState, SinkStatus};
 use super::{event, metrics, outbox};
-use crate::audit::{History, Trail};
+use crate::audit::{Change, CommitError, Context, History, Trail};
 use crate::store::{keys, keys::meta, Entry, Store, StoreError};
 
 /// A page of the outbox, its events built off the runtime while the previous page was in
@@ -77,7 +77,21 @@ pub struct SinkSpec {
 pub struct Publisher {
     sinks: Vec<(String, Arc<dyn Sink>)>,
     statuses: Vec<SharedStatus>,
+    /// Per sink, how many times an operator enabled it again (its loop waits for a newer
+    /// count while disabled).
+    enables: Vec<watch::Sender<u64>>,
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// Why a sink could not be enabled again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum EnableRefused {
+    /// No configured sink has that name.
+    #[error("no such sink")]
+    NoSuchSink,
+    /// The sink is not disabled (only a destination's 410 disables one).
+    #[error("the sink is not disabled")]
+    NotDisabled,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -96,6 +110,7 @@ impl Publisher {
         shutdown: CancellationToken,
     ) -> Result<Publisher, StoreError> {
         let mut statuses = Vec::new();
+        let mut enables = Vec::new();
         let mut tasks = Vec::new();
         let names = sinks
             .iter()
@@ -110,22 +125,56 @@ impl Publisher {
                     .map_err(|e| StoreError::Unavailable(e.to_string()))??
             };
             let status = status::starting(&spec.name, spec.sink.kind(), position);
+            let (enable, enabled) = watch::channel(0);
             let lane = Lane {
                 trail: trail.clone(),
                 spec,
                 options: options.clone(),
                 status: status.clone(),
                 shutdown: shutdown.clone(),
+                enabled,
                 position,
             };
             statuses.push(status);
+            enables.push(enable);
             tasks.push(tokio::spawn(lane.run()));
         }
         Ok(Publisher {
             sinks: names,
             statuses,
+            enables,
             tasks: std::sync::Mutex::new(tasks),
         })
+    }
+
+    /// Enable sink `name` again after its destination disabled it (a 410), once the operator
+    /// has mended the destination: its loop resumes from its position. Records the operator's
+    /// act (`sink.enable`, resource `sinks/<name>`) first; returns the row's seq.
+    pub async fn enable(
+        &self,
+        trail: &Trail,
+        ctx: Context,
+        name: &str,
+    ) -> Result<u64, CommitError<EnableRefused>> {
+        let index = self
+            .sinks
+            .iter()
+            .position(|(n, _)| n == name)
+            .ok_or(CommitError::Refused(EnableRefused::NoSuchSink))?;
+        let status = self.statuses[index].clone();
+        let sink = name.to_owned();
+        let committed = trail
+            .commit(ctx, move |_| {
+                if status::snapshot(&status).state != SinkState::Disabled {
+                    return Err(CommitError::Refused(EnableRefused::NotDisabled));
+                }
+                let change = Change::new("sink.enable", format!("sinks/{sink}"))
+                    .detail("sink", sink.clone());
+                Ok((change, ()))
+            })
+            .await?;
+        self.enables[index].send_modify(|count| *count += 1);
+        Ok(committed.seq)
     }
 
     /// Every sink's status.
@@ -160,6 +209,8 @@ struct Lane {
     options: PublisherOptions,
     status: SharedStatus,
     shutdown: CancellationToken,
+    /// How many times an operator enabled the sink again (see [`Publisher::enable`]).
+    enabled: watch::Receiver<u64>,
     /// The last seq delivered (or dead-lettered): the next read starts after it. May be ahead
     /// of the persisted position while a position write is in flight.
     position: u64,
@@ -326,13 +377,27 @@ impl Lane {
                 Some(Stop::Disabled(reason)) => {
                     abandon(&mut in_flight, &mut reading).await;
                     metrics::failed(&self.spec.name, "disabled", false);
+                    // Enables from before this point are not for this stop: marked seen
+                    // before the status shows it disabled (which an enable checks).
+                    self.enabled.borrow_and_update();
                     status::update(&self.status, |s| {
                         s.state = SinkState::Disabled;
                         s.last_error = Some(reason.clone());
                     });
-                    tracing::error!(sink = %self.spec.name, reason = %reason, "lifecycle sink disabled by its destination; keeping its position");
-                    self.shutdown.cancelled().await;
-                    break;
+                    tracing::error!(sink = %self.spec.name, reason = %reason, "lifecycle sink disabled by its destination; keeping its position until an operator enables it");
+                    tokio::select! {
+                        enabled = self.enabled.changed() => {
+                            if enabled.is_err() {
+                                break;
+                            }
+                        }
+                        _ = self.shutdown.cancelled() => break,
+                    }
+                    tracing::info!(sink = %self.spec.name, position = self.position, "lifecycle sink enabled again; resuming from its position");
+                    attempt = 0;
+                    status::update(&self.status, |s| s.state = SinkState::Running);
+                    open = true;
+                    reading = Some(self.read(self.position));
                 }
             }
         }
