@@ -44,7 +44,7 @@ pub use refresh::{Known, Refresh, SubjectKey, TrailStates, REFRESH_VERB};
 pub use restore::{RESTORE_ACTION, RESTORE_RESOURCE};
 pub use retention::SweepReport;
 pub use row::{decode_row, decode_row_as, get, page, Change, Filter, Row, RowResult, ROW_FORMAT};
-pub use settle::{Present, Reconcile, Reconcilers, SettleOptions};
+pub use settle::{Hold, Present, Reconcile, Reconcilers, SettleOptions};
 pub use tx::Tx;
 pub use usage::{Mismatch, Usage};
 pub use writer::MAX_GROUP;

@@ -6,7 +6,10 @@
 //! [`Reconcile`] reads its present state, and the writer compares its hash with the row's
 //! (see `pending.rs`). A store that cannot be read (Redis down, or not yet loaded at boot) is
 //! retried every `interval` for `window`, then the row settles `interrupted`. A subject with no
-//! reconciler settles `interrupted` at once.
+//! reconciler settles `interrupted` at once. The subject is held still on this node
+//! ([`Reconcile::hold`]) from each read to the row settled with what it read: a change of it
+//! landing in between would take the earlier seq, and the row, and its event, would then put
+//! the older state last.
 //!
 //! The audit layer does not know subjects: the route and source stores implement
 //! [`Reconcile`], and the node hands them in by kind.
@@ -35,9 +38,16 @@ pub struct Present {
     pub view: Value,
 }
 
+/// A subject held still by [`Reconcile::hold`] until dropped.
+pub type Hold = Box<dyn std::any::Any + Send>;
+
 /// Reads the present state of one kind of subject for settlement.
 #[async_trait::async_trait]
 pub trait Reconcile: Send + Sync {
+    /// Keep every change of the subject at `locator` on this node from starting until the
+    /// hold drops (`None`: not a locator of this kind, nothing held).
+    async fn hold(&self, locator: &Value) -> Option<Hold>;
+
     /// The subject at `locator` (what its change put in [`Change::locate`](super::Change)):
     /// `Ok(None)` when it does not exist, `Err` (why) when its store cannot be read now.
     async fn present(&self, locator: &Value) -> Result<Option<Present>, String>;
@@ -206,13 +216,13 @@ impl Settler {
             })
             .await
             .unwrap_or_else(|e| Err(StoreError::Unavailable(e.to_string())));
-            let presence = match row {
+            let (presence, _held) = match row {
                 Ok(None) => return, // finished meanwhile
                 Ok(Some(row)) => {
                     let reconciler = row.kind.as_ref().and_then(|k| reconcilers.get(k));
                     match (reconciler, &row.locator) {
                         (Some(r), Some(locator)) => read(r.as_ref(), locator, options, id).await,
-                        _ => Presence::Unreconciled,
+                        _ => (Presence::Unreconciled, None),
                     }
                 }
                 Err(e) => {
@@ -229,23 +239,32 @@ impl Settler {
     }
 }
 
-/// The present state of the subject at `locator`, retried every interval for the window.
-async fn read(r: &dyn Reconcile, locator: &Value, options: SettleOptions, id: u64) -> Presence {
+/// The present state of the subject at `locator`, retried every interval for the window;
+/// a state read comes with the subject held (until the row is settled).
+async fn read(
+    r: &dyn Reconcile,
+    locator: &Value,
+    options: SettleOptions,
+    id: u64,
+) -> (Presence, Option<Hold>) {
     let deadline = tokio::time::Instant::now() + options.window;
     loop {
+        let held = r.hold(locator).await;
         let attempt = tokio::time::timeout(
             options.interval.max(Duration::from_secs(1)),
             r.present(locator),
         );
         let why = match attempt.await {
-            Ok(Ok(present)) => return Presence::Read(present),
+            Ok(Ok(present)) => return (Presence::Read(present), held),
             Ok(Err(why)) => why,
             Err(_) => "timed out".to_owned(),
         };
+        // Not held while waiting for the store.
+        drop(held);
         let last = tokio::time::Instant::now() + options.interval > deadline;
         dual_events::unreadable(id, &why, last);
         if last {
-            return Presence::Unreadable;
+            return (Presence::Unreadable, None);
         }
         tokio::time::sleep(options.interval).await;
     }

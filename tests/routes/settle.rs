@@ -2,12 +2,15 @@
 //! node runs (its future cancelled mid-apply), and rows a stopped node left behind, with the
 //! route store's Redis down at boot for a while or for longer than the window.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use ankusa::audit::{Change, Finish, RowResult, Trail};
+use ankusa::store::StoreError;
 use ankusa::subjects::remote::memory::MemoryStore;
-use ankusa::subjects::routes::{Route, RouteStore, Routes};
+use ankusa::subjects::remote::{Cas, RemoteStore};
+use ankusa::subjects::routes::{Route, RoutePatch, RouteStore, Routes};
 use serde_json::json;
 
 use crate::common::{ctx, open_trail};
@@ -216,6 +219,109 @@ async fn a_change_by_someone_else_before_settlement_is_interrupted_with_refresh(
     );
     let present = entity(trail.store(), rows[1].seq).expect("refresh entity");
     assert_eq!(present, serde_json::to_value(&theirs).unwrap());
+    settling.stop().await;
+    trail.shutdown().await;
+}
+
+/// A route store whose next `get` answers 300 ms after it read: the window in which a change
+/// could land between settlement's read and the row it settles with.
+#[derive(Debug, Default)]
+struct SlowNextRead {
+    inner: MemoryStore<Route>,
+    slow: AtomicBool,
+    reading: tokio::sync::Notify,
+}
+
+#[async_trait::async_trait]
+impl RemoteStore<Route> for SlowNextRead {
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+    async fn tenants(&self) -> Result<Vec<String>, StoreError> {
+        self.inner.tenants().await
+    }
+    async fn get(&self, tenant: &str, id: &str) -> Result<Option<Route>, StoreError> {
+        let read = self.inner.get(tenant, id).await;
+        if self.slow.swap(false, Ordering::SeqCst) {
+            self.reading.notify_one();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        read
+    }
+    async fn list(
+        &self,
+        tenant: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Route>, StoreError> {
+        self.inner.list(tenant, after, limit).await
+    }
+    async fn put(&self, route: &Route, expected: u64) -> Result<Cas, StoreError> {
+        self.inner.put(route, expected).await
+    }
+    async fn delete(&self, tenant: &str, id: &str, expected: u64) -> Result<Cas, StoreError> {
+        self.inner.delete(tenant, id, expected).await
+    }
+}
+
+/// An operator's change of a route while settlement is between reading it and settling its
+/// pending row waits for that row: the rows (and the events a replica applies in seq order)
+/// end with the operator's state, which the store holds. Settled after the change, the row
+/// would have put the older state it read last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_waits_for_the_settlement_of_its_subject_in_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let slow = Arc::new(SlowNextRead::default());
+    let store: Arc<RouteStore> = slow.clone();
+    let trail = open_trail(dir.path(), true);
+    Routes::new(store.clone(), trail.clone())
+        .create(
+            ctx("alice"),
+            "t1".into(),
+            new_route("r1", "https://example.test/a"),
+        )
+        .await
+        .unwrap();
+    leave_pending(&trail, &store, "r1", true).await;
+    trail.shutdown().await;
+    drop(trail);
+
+    slow.slow.store(true, Ordering::SeqCst);
+    let trail = open_trail(dir.path(), true);
+    let settling = settling(
+        &trail,
+        store.clone(),
+        Duration::from_millis(100),
+        Duration::from_secs(5),
+    );
+    slow.reading.notified().await;
+    let patch = RoutePatch {
+        destination: Some("https://example.test/c".into()),
+        ..RoutePatch::default()
+    };
+    let changed = settling
+        .routes
+        .update(ctx("bob"), "t1".into(), "r1".into(), patch, None)
+        .await
+        .unwrap();
+    assert_eq!(changed.revision, 3);
+    wait_settled(trail.store(), Duration::from_secs(10)).await;
+
+    let rows = route_rows(trail.store(), "r1");
+    let order: Vec<(RowResult, Option<u64>, &str)> = rows
+        .iter()
+        .map(|r| (r.result, r.revision, r.actor.as_str()))
+        .collect();
+    assert_eq!(
+        order,
+        vec![
+            (RowResult::Ok, Some(1), "alice"),
+            (RowResult::Ok, Some(2), "alice"),
+            (RowResult::Ok, Some(3), "bob"),
+        ]
+    );
+    let last = entity(trail.store(), rows[2].seq).expect("entity");
+    assert_eq!(last["destination"], "https://example.test/c");
     settling.stop().await;
     trail.shutdown().await;
 }

@@ -27,7 +27,7 @@ use serde_json::Value;
 use super::key::check_name;
 use super::read::{Page, ReadError, MAX_PAGE};
 use super::redact::Redacted;
-use crate::audit::{Present, Reconcile, Reconcilers, Trail};
+use crate::audit::{Hold, Present, Reconcile, Reconcilers, Trail};
 use crate::store::StoreError;
 
 pub use gate::Gate;
@@ -140,7 +140,11 @@ impl<T: RemoteSubject> Remote<T> {
     /// The reconciler settlement needs for this kind, by kind.
     pub fn reconcilers(&self) -> Reconcilers {
         let mut map = Reconcilers::new();
-        map.insert(T::KIND.to_owned(), Arc::new(Reconciler(self.store.clone())));
+        let reconciler = Reconciler {
+            store: self.store.clone(),
+            lanes: self.lanes.clone(),
+        };
+        map.insert(T::KIND.to_owned(), Arc::new(reconciler));
         map
     }
 
@@ -195,20 +199,41 @@ pub(crate) fn corrupt<T: RemoteSubject>(e: serde_json::Error) -> StoreError {
     }
 }
 
-/// Settles a kind's pending rows: reads the subject back from its store.
+/// Settles a kind's pending rows: reads the subject back from its store, in the subject's
+/// lane (see `order.rs`).
 #[derive(Debug)]
-pub struct Reconciler<T: RemoteSubject>(pub Arc<dyn RemoteStore<T>>);
+pub struct Reconciler<T: RemoteSubject> {
+    store: Arc<dyn RemoteStore<T>>,
+    lanes: Lanes,
+}
+
+/// The tenant and id of a change's locator.
+fn located<T: RemoteSubject>(locator: &Value) -> Result<(&str, &str), String> {
+    match (locator["tenant"].as_str(), locator["id"].as_str()) {
+        (Some(tenant), Some(id))
+            if check_name("tenant", tenant).is_ok() && check_name("id", id).is_ok() =>
+        {
+            Ok((tenant, id))
+        }
+        _ => Err(format!("not a {} locator", T::KIND)),
+    }
+}
 
 #[async_trait::async_trait]
 impl<T: RemoteSubject> Reconcile for Reconciler<T> {
+    async fn hold(&self, locator: &Value) -> Option<Hold> {
+        let (tenant, id) = located::<T>(locator).ok()?;
+        Some(Box::new(self.lanes.enter(tenant, id).await))
+    }
+
     async fn present(&self, locator: &Value) -> Result<Option<Present>, String> {
-        let (Some(tenant), Some(id)) = (locator["tenant"].as_str(), locator["id"].as_str()) else {
-            return Err(format!("not a {} locator", T::KIND));
-        };
-        if check_name("tenant", tenant).is_err() || check_name("id", id).is_err() {
-            return Err(format!("not a {} locator", T::KIND));
-        }
-        let Some(subject) = self.0.get(tenant, id).await.map_err(|e| e.to_string())? else {
+        let (tenant, id) = located::<T>(locator)?;
+        let Some(subject) = self
+            .store
+            .get(tenant, id)
+            .await
+            .map_err(|e| e.to_string())?
+        else {
             return Ok(None);
         };
         let state = serde_json::to_value(&subject).map_err(|e| e.to_string())?;

@@ -7,12 +7,13 @@
 //! from the store's compare-and-set to the row keeps finish order equal to apply order. Two
 //! such changes would race on the compare-and-set anyway (one of them is refused), so the
 //! lane costs them nothing; changes of other subjects share a lane only when their keys hash
-//! to the same one of a fixed set (lock striping).
+//! to the same one of a fixed set (lock striping). Settlement holds the lane too, from its read
+//! of a subject to the row it settles with that state (see `Reconciler::hold`).
 
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
-use tokio::sync::{Mutex, MutexGuard};
+use tokio::sync::{Mutex, OwnedMutexGuard};
 
 /// How many lanes: enough that unrelated subjects rarely share one.
 const LANES: usize = 64;
@@ -20,14 +21,14 @@ const LANES: usize = 64;
 /// The lanes of one kind of subject, shared by every clone of its `Remote`.
 #[derive(Clone)]
 pub(crate) struct Lanes {
-    lanes: Arc<[Mutex<()>]>,
+    lanes: Arc<[Arc<Mutex<()>>]>,
     hasher: std::collections::hash_map::RandomState,
 }
 
 impl Default for Lanes {
     fn default() -> Self {
         Lanes {
-            lanes: (0..LANES).map(|_| Mutex::new(())).collect(),
+            lanes: (0..LANES).map(|_| Arc::new(Mutex::new(()))).collect(),
             hasher: Default::default(),
         }
     }
@@ -43,9 +44,9 @@ impl std::fmt::Debug for Lanes {
 
 impl Lanes {
     /// Wait for the lane of subject `id` of `tenant`; it is held until the guard drops.
-    pub(crate) async fn enter(&self, tenant: &str, id: &str) -> MutexGuard<'_, ()> {
+    pub(crate) async fn enter(&self, tenant: &str, id: &str) -> OwnedMutexGuard<()> {
         let lane = (self.hasher.hash_one((tenant, id)) as usize) % self.lanes.len();
-        self.lanes[lane].lock().await
+        Arc::clone(&self.lanes[lane]).lock_owned().await
     }
 }
 
