@@ -285,3 +285,31 @@ async fn shutdown_finishes_queued_changes_then_refuses() {
     );
     assert_eq!(all_keys(&store, Cf::Sources).len(), acked);
 }
+
+/// A damaged store whose last seq (or pending id) no trail could reach does not boot: counting
+/// on from it would wrap around to seqs the trail already holds.
+#[test]
+fn a_seq_past_any_trail_is_refused_at_boot() {
+    for name in [meta::AUDIT_SEQ, meta::PENDING_SEQ] {
+        let dir = tempfile::tempdir().unwrap();
+        drop(Store::open(dir.path()).unwrap());
+        {
+            let db = open_stopped(dir.path());
+            let audit = db.cf_handle(Cf::Audit.name()).unwrap();
+            let near_the_end = (u64::MAX - 1).to_be_bytes();
+            db.put_cf(audit, keys::meta_key(name), near_the_end)
+                .unwrap();
+        }
+        let store = Store::open(dir.path()).unwrap();
+        let options = ankusa::audit::TrailOptions::default();
+        let clock = std::sync::Arc::new(ankusa::audit::SystemClock);
+        let err = ankusa::audit::Trail::start(store, options, clock).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "corrupt value at m:{name}: {} is past any trail; the store is damaged",
+                u64::MAX - 1
+            )
+        );
+    }
+}

@@ -99,7 +99,8 @@ pub(crate) fn last_id(store: &Store) -> Result<u64, StoreError> {
         .last(Cf::Audit, &[keys::PENDING])?
         .and_then(|(k, _)| keys::decode_seq_key(keys::PENDING, &k))
         .unwrap_or(0);
-    Ok(store.meta_u64(meta::PENDING_SEQ)?.max(newest))
+    let last = store.meta_u64(meta::PENDING_SEQ)?.max(newest);
+    super::writer::reachable("m:pending_seq", last)
 }
 
 /// Why a begin was refused. Nothing of it was written.

@@ -168,6 +168,22 @@ pub(crate) struct Boot {
     pub refresh_pending: Option<u64>,
 }
 
+/// The most a store's last seq (or pending id) may be at boot. No trail reaches 2^63 changes
+/// (292,000 years at a million a second), so a larger value is damage, and counting on from it
+/// could wrap around to seqs the trail already holds.
+const MAX_BOOT_SEQ: u64 = 1 << 63;
+
+/// `seq`, read as `what`, if a trail could have reached it.
+pub(crate) fn reachable(what: &str, seq: u64) -> Result<u64, StoreError> {
+    if seq < MAX_BOOT_SEQ {
+        return Ok(seq);
+    }
+    Err(StoreError::Corrupt {
+        what: what.into(),
+        detail: format!("{seq} is past any trail; the store is damaged"),
+    })
+}
+
 /// Read the store's meta, making what a new store lacks (`m:audit_key`, the first
 /// incarnation) and recounting `m:audit_usage` when it does not match the trail, in one
 /// synced batch.
@@ -200,7 +216,7 @@ pub(crate) fn boot(store: &Store, sinks: &[String]) -> Result<Boot, StoreError> 
         .unwrap_or((0, 0));
     // Rows and m:audit_seq are written in one batch, so they agree; trust the larger if a
     // damaged store says otherwise, never hand out a seq twice.
-    let last_seq = store.meta_u64(meta::AUDIT_SEQ)?.max(row_seq);
+    let last_seq = reachable("m:audit_seq", store.meta_u64(meta::AUDIT_SEQ)?.max(row_seq))?;
     // Recounted (and logged) when it does not match the trail: missing, damaged, stale.
     let (usage, rewrite) = Usage::at_boot(store, last_seq)?;
     if rewrite {
