@@ -71,7 +71,9 @@ pub struct Visited {
 /// are lent from the store's cursors, so a page is read without a copy of either.
 ///
 /// The entity bytes are not parsed here: the writer stored them as `serde_json` wrote them,
-/// in the batch of their row, and every block read is checked against its checksum.
+/// in the batch of their row, and every block read is checked against its checksum. A damaged
+/// store (an entity whose row is gone, unflagged, or does not decode) has that entity passed
+/// over and logged: it counts toward the limit but is not visited.
 pub fn visit(
     store: &Store,
     after: u64,
@@ -98,11 +100,13 @@ pub fn visit(
             match rows.entry() {
                 // The cursor lands on the next row when this one is gone: exact hits only.
                 Some((k, v)) if keys::decode_row_key(k).map(|(s, _)| s) == Some(seq) => {
-                    let row = EventRow::decode(k, v)?;
-                    if row.publish {
-                        each(row, entity);
-                    } else {
-                        tracing::warn!(seq, "outbox entity of an unflagged row; skipped");
+                    match EventRow::decode(k, v) {
+                        Ok(row) if row.publish => each(row, entity),
+                        Ok(_) => tracing::warn!(seq, "outbox entity of an unflagged row; skipped"),
+                        // Damage too: skipped, rather than every sink stopped at it for good.
+                        Err(e) => {
+                            tracing::error!(seq, error = %e, "outbox row does not decode; skipped")
+                        }
                     }
                 }
                 // An entity without its flagged row: retention deletes both in one batch,
@@ -241,6 +245,14 @@ mod tests {
             }
         );
         assert_eq!(seqs(&read(&store, 4, 3).0), vec![5]);
+        // Damage: row 3 no longer decodes. It is passed over like the missing one.
+        let row3 = crate::audit::get(&store, 3).unwrap().unwrap();
+        let mut batch = WriteBatch::default();
+        batch.put_cf(store.cf(Cf::Audit), keys::row_key(3, row3.at), b"not json");
+        store.write(batch, true).unwrap();
+        let (seen, visited) = read(&store, 0, 10);
+        assert_eq!(seqs(&seen), vec![1, 5]);
+        assert_eq!(visited.last, Some(5));
         trail.shutdown().await;
     }
 
