@@ -4,10 +4,17 @@
 //! a sick disk), so they run on tokio's blocking pool, never on a worker. One
 //! `std::sync::Mutex` guards the open file: it is only held inside the blocking closure, never
 //! across an `.await`, and it keeps two overlapping `send` calls from interleaving their lines.
-//! A failed write is cut back to where it started, so a retry never leaves half a line behind.
+//! A failed write is cut back to where it started, so a retry never leaves half a line behind;
+//! half a line a crash left (a write cut short, never confirmed) is cut off when the file is
+//! opened, before anything is appended to it.
+//!
+//! The file is the one at the path, not the one once opened there: before each write the
+//! sink checks that the path still names its open file and opens the path again when it does
+//! not (rotated, or deleted), so events never go to a file nobody can find.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -94,7 +101,9 @@ impl Sink for FileSink {
 
     async fn healthcheck(&self) -> Result<(), SinkError> {
         let path = self.inner.path.clone();
-        tokio::task::spawn_blocking(move || open(&path).map(drop))
+        // Opened (created if missing) but never cut: a write may be under way.
+        let check = move || OpenOptions::new().append(true).create(true).open(&path);
+        tokio::task::spawn_blocking(move || check().map(drop))
             .await
             .map_err(|e| SinkError::Unhealthy(format!("healthcheck task failed: {e}")))?
             .map_err(SinkError::Io)
@@ -105,6 +114,12 @@ impl Inner {
     /// Appends `bytes` and syncs them; on error the file is reopened next time.
     fn append(&self, bytes: &[u8]) -> io::Result<()> {
         let mut guard = self.file.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(file) = &*guard {
+            if !still_at(file, &self.path)? {
+                tracing::info!(path = %self.path.display(), "lifecycle event file was moved or deleted; opening it again");
+                *guard = None;
+            }
+        }
         let file = match &mut *guard {
             Some(file) => file,
             empty => empty.insert(open(&self.path)?),
@@ -117,12 +132,61 @@ impl Inner {
     }
 }
 
-/// Opens `path` for appending, creating it (and its directories) if missing.
+/// Whether `path` names `file` (it may have been renamed away or deleted since it was opened).
+fn still_at(file: &File, path: &Path) -> io::Result<bool> {
+    let open = file.metadata()?;
+    match std::fs::metadata(path) {
+        Ok(named) => Ok(named.dev() == open.dev() && named.ino() == open.ino()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Opens `path` for appending, creating it (and its directories, synced so that it survives a
+/// crash) if missing, and cutting off a last line a crash left unfinished.
 fn open(path: &Path) -> io::Result<File> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+    if let Some(dir) = dir {
         std::fs::create_dir_all(dir)?;
     }
-    OpenOptions::new().append(true).create(true).open(path)
+    let existed = path.try_exists()?;
+    let mut file = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .open(path)?;
+    if !existed {
+        File::open(dir.unwrap_or(Path::new(".")))?.sync_all()?;
+    }
+    let cut = cut_unfinished_line(&mut file)?;
+    if cut > 0 {
+        tracing::warn!(path = %path.display(), bytes = cut, "cut off an unfinished last line (a write a crash interrupted; its events are sent again)");
+    }
+    Ok(file)
+}
+
+/// Cuts `file` back to the end of its last complete line; returns how many bytes went.
+fn cut_unfinished_line(file: &mut File) -> io::Result<u64> {
+    const CHUNK: u64 = 64 * 1024;
+    let len = file.metadata()?.len();
+    let mut end = len;
+    let mut chunk = Vec::new();
+    while end > 0 {
+        let start = end.saturating_sub(CHUNK);
+        chunk.resize((end - start) as usize, 0);
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(&mut chunk)?;
+        if let Some(newline) = chunk.iter().rposition(|b| *b == b'\n') {
+            end = start + newline as u64 + 1;
+            break;
+        }
+        end = start;
+    }
+    if end < len {
+        file.set_len(end)?;
+        file.sync_data()?;
+    }
+    Ok(len - end)
 }
 
 /// Writes `bytes` at the end of `file` and waits until they are on disk. On failure the file

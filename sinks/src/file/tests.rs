@@ -127,3 +127,60 @@ async fn an_empty_slice_writes_nothing() {
     assert!(sink.send(&[]).await.is_empty());
     assert!(!path.exists());
 }
+
+/// A file moved away (rotated) or deleted is not written to any more: the next events go to
+/// a new file at the path, and the moved one keeps what it had.
+#[tokio::test]
+async fn a_rotated_or_deleted_file_is_opened_again_at_its_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("events.jsonl");
+    let rotated = dir.path().join("events.jsonl.1");
+    let (sink, _) = config(&path).build().await.unwrap();
+    assert_eq!(sink.send(&[sample(1, "a")]).await, vec![Outcome::Delivered]);
+
+    std::fs::rename(&path, &rotated).unwrap();
+    assert_eq!(sink.send(&[sample(2, "a")]).await, vec![Outcome::Delivered]);
+    assert_eq!(
+        std::fs::read_to_string(&rotated).unwrap(),
+        expected_lines(&[(1, "a")])
+    );
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        expected_lines(&[(2, "a")])
+    );
+
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(sink.send(&[sample(3, "a")]).await, vec![Outcome::Delivered]);
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        expected_lines(&[(3, "a")])
+    );
+}
+
+/// Half a line left by a crash mid-write (never confirmed: its event comes again) is cut off
+/// before the next line is appended, so no line is ever two events glued together.
+#[tokio::test]
+async fn an_unfinished_last_line_is_cut_off_before_appending() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("events.jsonl");
+    let whole = expected_lines(&[(1, "a")]);
+    let torn = sample_json(2, "a");
+    std::fs::write(&path, format!("{whole}{}", &torn[..torn.len() / 2])).unwrap();
+
+    let (sink, _) = config(&path).build().await.unwrap();
+    let events = [sample(2, "a"), sample(3, "a")];
+    assert_eq!(sink.send(&events).await, vec![Outcome::Delivered; 2]);
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        expected_lines(&[(1, "a"), (2, "a"), (3, "a")])
+    );
+
+    // A file that is all one unfinished line is emptied first.
+    std::fs::write(&path, &torn[..10]).unwrap();
+    let (sink, _) = config(&path).build().await.unwrap();
+    assert_eq!(sink.send(&[sample(4, "a")]).await, vec![Outcome::Delivered]);
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        expected_lines(&[(4, "a")])
+    );
+}
