@@ -430,3 +430,48 @@ async fn a_backup_whose_row_cannot_be_written_is_discarded() {
     node.stop().await;
     scenario.teardown();
 }
+
+/// Backups asked for at once (a client retrying a slow one, say) are made one after the
+/// other: each gets its own id, its own row, and all of them stay in the directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backups_asked_for_at_once_each_get_their_own_id() {
+    let backups = tempfile::tempdir().unwrap();
+    let backup_dir = backups.path().join("b");
+    let node = api::TestNode::start_with(|v| v["node"]["backup_dir"] = json!(backup_dir)).await;
+    let body = json!({"id": "s1", "kind": "webhook", "secret": "sekrit", "config": {}});
+    let r = node
+        .call(
+            Method::POST,
+            "/admin/v1/tenants/t1/sources",
+            api::ADMIN,
+            Some(body),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+
+    let asked =
+        (0..3).map(|_| node.send(node.req(Method::POST, "/admin/v1/backups", Some(api::WRITER))));
+    let mut ids: Vec<u64> = futures::future::join_all(asked)
+        .await
+        .iter()
+        .map(|r| {
+            assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+            r.json()["id"].as_u64().unwrap()
+        })
+        .collect();
+    ids.sort();
+    assert_eq!(ids, vec![1, 2, 3]);
+    let mut named: Vec<String> = node.rows().await[1..]
+        .iter()
+        .map(|row| row["resource"].as_str().unwrap().to_owned())
+        .collect();
+    named.sort();
+    assert_eq!(named, vec!["backups/1", "backups/2", "backups/3"]);
+    node.stop().await;
+    // Each holds the source's row, and the rows of the backups committed before it began.
+    let listed = listed(&backup_dir);
+    let ids: Vec<u64> = listed.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, vec![1, 2, 3]);
+    assert!(listed.windows(2).all(|w| w[0].1 <= w[1].1), "{listed:?}");
+    assert!(listed.iter().all(|(_, seq)| (1..=3).contains(seq)), "{listed:?}");
+}

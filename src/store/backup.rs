@@ -32,9 +32,17 @@ const SIDECAR_DIR: &str = "ankusa";
 /// The format version of a sidecar.
 const SIDECAR_FORMAT: u32 = 1;
 
-/// One backup at a time in this process: they share the checkpoint directory, and RocksDB's
-/// backup engine does not support two writers on one backup directory.
+/// One backup (or discard) at a time in this process: they share the checkpoint directory,
+/// and RocksDB's backup engine does not support two writers on one backup directory. An
+/// engine numbers a new backup from what the directory held when it was opened, so a backup
+/// reopens its engine once it holds this lock.
 static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 /// Why a backup or a restore failed. Each message names the directory or backup to blame.
 #[derive(Debug, thiserror::Error)]
@@ -142,6 +150,13 @@ impl std::fmt::Debug for BackupDir {
     }
 }
 
+/// RocksDB's backup engine on the directory at `path`, as the directory is now.
+fn engine(path: &Path) -> Result<BackupEngine, BackupError> {
+    let rocks = |e| BackupError::rocks(format!("opening backup directory {}", path.display()), e);
+    let options = BackupEngineOptions::new(path).map_err(rocks)?;
+    BackupEngine::open(&options, &Env::new().map_err(rocks)?).map_err(rocks)
+}
+
 impl BackupDir {
     /// Open the backup directory at `path`, creating it if missing (to back up into).
     pub fn create(path: &Path) -> Result<BackupDir, BackupError> {
@@ -159,13 +174,9 @@ impl BackupDir {
     }
 
     fn open_engine(path: &Path) -> Result<BackupDir, BackupError> {
-        let rocks =
-            |e| BackupError::rocks(format!("opening backup directory {}", path.display()), e);
-        let options = BackupEngineOptions::new(path).map_err(rocks)?;
-        let engine = BackupEngine::open(&options, &Env::new().map_err(rocks)?).map_err(rocks)?;
         Ok(BackupDir {
             path: path.to_owned(),
-            engine,
+            engine: engine(path)?,
         })
     }
 
@@ -211,9 +222,9 @@ impl BackupDir {
 
     /// Back up `store` (which may be serving: see the module doc). Returns the new backup.
     pub fn back_up(&mut self, store: &Store, now_ms: u64) -> Result<BackupInfo, BackupError> {
-        let _serial = SERIAL
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _serial = serial();
+        // Another backup may have been made in this directory since the engine was opened.
+        self.engine = engine(&self.path)?;
         let scratch = store.path().join(CHECKPOINT_DIR);
         remove_dir_if_present(&scratch)?;
         let made = self.back_up_checkpoint(store, &scratch, now_ms);
@@ -293,6 +304,7 @@ impl BackupDir {
     /// private files and its sidecar. Files it shared with no other backup stay until
     /// RocksDB's next garbage collection in this directory.
     pub fn discard(self, id: u32) -> Result<(), BackupError> {
+        let _serial = serial();
         let BackupDir { path, engine } = self;
         drop(engine);
         let meta = path.join("meta").join(id.to_string());
