@@ -473,5 +473,8 @@ async fn backups_asked_for_at_once_each_get_their_own_id() {
     let ids: Vec<u64> = listed.iter().map(|(id, _)| *id).collect();
     assert_eq!(ids, vec![1, 2, 3]);
     assert!(listed.windows(2).all(|w| w[0].1 <= w[1].1), "{listed:?}");
-    assert!(listed.iter().all(|(_, seq)| (1..=3).contains(seq)), "{listed:?}");
+    assert!(
+        listed.iter().all(|(_, seq)| (1..=3).contains(seq)),
+        "{listed:?}"
+    );
 }
