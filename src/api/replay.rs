@@ -19,7 +19,11 @@ pub async fn create(
     ApiPath(tenant): ApiPath<String>,
     ApiJson(body): ApiJson<NewReplay>,
 ) -> Result<Response, ApiError> {
-    let outcome = replay::create(&state.trail, ctx, tenant, body).await?;
+    let sources = match &state.sources {
+        Some(remote) => replay::Sources::Remote(remote),
+        None => replay::Sources::Local,
+    };
+    let outcome = replay::create(&state.trail, ctx, tenant, body, sources).await?;
     Ok(written(StatusCode::CREATED, outcome))
 }
 

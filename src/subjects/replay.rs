@@ -4,18 +4,21 @@
 //! A job is created `pending` and can be cancelled while `pending` or `running`; its other
 //! states belong to the runner that executes jobs. Cancelling keeps the job (its state is the
 //! record), so `replay.cancel` is an update. The source must exist in the same tenant when the
-//! job is created: checked on the writer, in the same group as any change to that source.
+//! job is created: for local sources, checked on the writer, in the same group as any change
+//! to that source; for sources in Redis, read from there just before.
 
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Map;
 
 use super::key::{check_name, subject_key};
+use super::read::ReadError;
+use super::sources_remote::RemoteSources;
 use super::{
     apply, check_if_match, commit_change, load, require, ChangeResult, Effect, IfMatch, Kind,
     Subject, SubjectError,
 };
-use crate::audit::{Context, Trail};
+use crate::audit::{CommitError, Context, Trail};
 use crate::store::Cf;
 
 /// The longest time range one job may replay.
@@ -89,22 +92,50 @@ pub struct NewReplay {
     pub to: DateTime<Utc>,
 }
 
-/// Create replay job `input.id` for `tenant` (`replay.create`).
-pub async fn create(trail: &Trail, ctx: Context, tenant: String, input: NewReplay) -> ChangeResult {
+/// Where a job's source must exist: where the node keeps its sources.
+#[derive(Debug, Clone, Copy)]
+pub enum Sources<'a> {
+    /// In this node's store (`[sources] store = "local"`): looked up in the change's own
+    /// transaction.
+    Local,
+    /// In the remote source store (`[sources] store = "redis"`): read before the change. A
+    /// source deleted after that leaves a job whose source is gone, as deleting a local source
+    /// after its job was made does.
+    Remote(&'a RemoteSources),
+}
+
+/// Create replay job `input.id` for `tenant` (`replay.create`); its source must exist in
+/// `sources`.
+pub async fn create(
+    trail: &Trail,
+    ctx: Context,
+    tenant: String,
+    input: NewReplay,
+    sources: Sources<'_>,
+) -> ChangeResult {
+    check_name("tenant", &tenant)?;
+    check_name("id", &input.id)?;
+    check_name("source", &input.source)?;
+    check_range(input.from, input.to, Utc::now())?;
+    let no_source = |tenant: &str, source: &str| {
+        SubjectError::invalid(
+            "source",
+            format!("no source `{source}` in tenant `{tenant}`"),
+        )
+    };
+    if let Sources::Remote(remote) = sources {
+        match remote.remote().get(&tenant, &input.source).await {
+            Ok(Some(_)) => {}
+            Ok(None) => return Err(no_source(&tenant, &input.source).into()),
+            Err(ReadError::Invalid(e)) => return Err(e.into()),
+            Err(ReadError::Store(_)) => return Err(CommitError::StoreUnavailable),
+        }
+    }
+    let local = matches!(sources, Sources::Local);
     commit_change(trail, ctx, move |tx| {
-        check_name("tenant", &tenant)?;
-        check_name("id", &input.id)?;
-        check_name("source", &input.source)?;
-        check_range(input.from, input.to, Utc::now())?;
-        if tx
-            .get(Cf::Sources, &subject_key(&tenant, &input.source))?
-            .is_none()
-        {
-            return Err(SubjectError::invalid(
-                "source",
-                format!("no source `{}` in tenant `{tenant}`", input.source),
-            )
-            .into());
+        let key = subject_key(&tenant, &input.source);
+        if local && tx.get(Cf::Sources, &key)?.is_none() {
+            return Err(no_source(&tenant, &input.source).into());
         }
         if load::<ReplayJob>(tx, &tenant, &input.id)?.is_some() {
             return Err(SubjectError::Exists {

@@ -151,3 +151,34 @@ async fn an_unanswered_source_write_is_settled_by_reading_it_back() {
     assert_error(&missing, 404, "not_found");
     node.stop().await;
 }
+
+/// With sources in Redis, a replay job's source is looked up there: a job on a source another
+/// node created is accepted, one on a missing source is refused by name with no row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_jobs_find_their_source_in_redis() {
+    let redis = RedisServer::start();
+    let a = TestNode::start_with(on_redis(redis.url())).await;
+    let b = TestNode::start_with(on_redis(redis.url())).await;
+    let source = json!({"id": "s1", "kind": "webhook", "config": {}});
+    let created = a.call(Method::POST, SOURCES, ADMIN, Some(source)).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+
+    let replays = "/admin/v1/tenants/t1/replay-jobs";
+    let from = (chrono::Utc::now() - chrono::Duration::hours(2)).to_rfc3339();
+    let to = (chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339();
+    let orphan = json!({"id": "j0", "source": "s9", "from": from, "to": to});
+    let r = b.call(Method::POST, replays, ADMIN, Some(orphan)).await;
+    assert_error(&r, 422, "invalid_input");
+    assert_eq!(r.json()["field"], "source");
+    assert!(b.rows().await.is_empty());
+
+    let job = json!({"id": "j1", "source": "s1", "from": from, "to": to});
+    let r = b.call(Method::POST, replays, ADMIN, Some(job)).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let rows = b.rows().await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["action"], "replay.create");
+    assert_eq!(rows[0]["detail"]["source"], "s1");
+    a.stop().await;
+    b.stop().await;
+}
