@@ -306,6 +306,11 @@ async fn an_http_backup_is_recorded_and_its_restore_opens_a_new_incarnation() {
         )
         .await;
     api::assert_error(&r, 422, "invalid_input");
+    let huge = json!({"padding": "x".repeat(2 << 20)});
+    let r = node
+        .call(Method::POST, "/admin/v1/backups", api::WRITER, Some(huge))
+        .await;
+    api::assert_error(&r, 413, "too_large");
     assert!(!backup_dir.exists(), "no backup made");
     assert_eq!(node.rows().await.len(), 2);
 

@@ -10,9 +10,8 @@
 
 use std::convert::Infallible;
 
-use axum::body::{Body, Bytes};
-use axum::extract::{FromRequest, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
@@ -21,7 +20,7 @@ use serde_json::json;
 use super::context::WriteContext;
 use super::error::ApiError;
 use super::events;
-use super::extract::ApiJson;
+use super::extract::OptionalJson;
 use super::subject::X_AUDIT_SEQ;
 use super::AppState;
 use crate::audit::{Change, Clock, CommitError, SystemClock};
@@ -37,16 +36,8 @@ pub struct NewBackup {}
 pub async fn create(
     WriteContext(ctx): WriteContext,
     State(state): State<AppState>,
-    headers: HeaderMap,
-    body: Bytes,
+    OptionalJson(_options): OptionalJson<NewBackup>,
 ) -> Result<Response, ApiError> {
-    if !body.is_empty() {
-        // The JSON extractor's refusals (415, 400, 422 naming the field), for a body that is
-        // optional.
-        let mut request = Request::new(Body::from(body));
-        *request.headers_mut() = headers;
-        let ApiJson(NewBackup {}) = ApiJson::<NewBackup>::from_request(request, &()).await?;
-    }
     let (store, dir) = (state.trail.store().clone(), state.backup_dir.clone());
     let now = SystemClock.now_ms();
     let made = tokio::task::spawn_blocking(move || {

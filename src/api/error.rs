@@ -139,9 +139,14 @@ impl ApiError {
                 "the body must be JSON (Content-Type: application/json)".into(),
                 None,
             ),
-            ApiError::StoreUnavailable => {
-                ("the store is unavailable; nothing was changed".into(), None)
-            }
+            // Usually nothing was changed; a dual write whose store did not answer may have
+            // been applied, and settlement records it either way.
+            ApiError::StoreUnavailable => (
+                "the store is unavailable; the change was not made, or (a route or source \
+                 store that did not answer) is settled and recorded later"
+                    .into(),
+                None,
+            ),
             ApiError::AuditBacklog => (
                 "the audit trail is at its backlog ceiling; nothing was changed, retry later"
                     .into(),

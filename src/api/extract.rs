@@ -29,15 +29,37 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
         if !is_json(request.headers()) {
             return Err(ApiError::UnsupportedMediaType);
         }
-        let bytes = Bytes::from_request(request, state).await.map_err(|r| {
-            if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::TooLarge
-            } else {
-                ApiError::bad("body", "the request body could not be read")
-            }
-        })?;
-        parse(&bytes).map(ApiJson)
+        parse(&body(request, state).await?).map(ApiJson)
     }
+}
+
+/// An optional JSON request body: `None` when the body is empty; otherwise as [`ApiJson`].
+#[derive(Debug)]
+pub struct OptionalJson<T>(pub Option<T>);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for OptionalJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        let json = is_json(request.headers());
+        let bytes = body(request, state).await?;
+        match (bytes.is_empty(), json) {
+            (true, _) => Ok(OptionalJson(None)),
+            (false, false) => Err(ApiError::UnsupportedMediaType),
+            (false, true) => parse(&bytes).map(|v| OptionalJson(Some(v))),
+        }
+    }
+}
+
+/// The request body, within `api.body_limit` (413 `too_large` past it).
+async fn body<S: Send + Sync>(request: Request, state: &S) -> Result<Bytes, ApiError> {
+    Bytes::from_request(request, state).await.map_err(|r| {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::TooLarge
+        } else {
+            ApiError::bad("body", "the request body could not be read")
+        }
+    })
 }
 
 /// Decode `bytes` as one JSON value of type `T`.
