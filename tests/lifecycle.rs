@@ -387,7 +387,8 @@ async fn an_event_refused_for_good_is_dead_lettered_and_the_sink_moves_on() {
         report,
         dead_letters::Redriven {
             delivered: 1,
-            remaining: 0
+            remaining: 0,
+            stopped: None,
         }
     );
     assert_eq!(receiver.sequences(), vec![2, 1]);
@@ -412,6 +413,53 @@ async fn an_event_refused_for_good_is_dead_lettered_and_the_sink_moves_on() {
         .unwrap_err();
     assert_eq!(err, CommitError::Refused(dead_letters::NoSuchLetter));
     assert_eq!(all_rows(trail.store()).len(), rows.len());
+    p.stop().await;
+    trail.shutdown().await;
+}
+
+/// A redrive whose removal row cannot be written after it already removed letters stops and
+/// says why, with what it did: the letter delivered without its row is kept, for the next
+/// redrive to send again with the same id.
+#[cfg(feature = "failpoints")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redrive_cut_short_by_the_store_reports_what_it_did() {
+    let dir = tempfile::tempdir().unwrap();
+    let trail = open_trail_with_sinks(dir.path(), &["hook"]);
+    let (receiver, url) = Receiver::start(400).await;
+    for id in ["s1", "s2"] {
+        create_source(&trail, ctx("a"), id, "x").await.unwrap();
+    }
+    let p = Running::start(&trail, vec![webhook_sink(&url)], options()).await;
+    wait_for("two dead letters", || p.statuses()[0].dead_lettered == 2).await;
+    wait_for("the position", || {
+        trail.store().meta_u64(&meta::sink_cursor("hook")).unwrap() == 2
+    })
+    .await;
+    receiver.answer(200);
+    let scenario = fail::FailScenario::setup();
+    // Every write through the syncer; the first (letter 1's row) lands, the next fails.
+    fail::cfg("audit::inline", "return").unwrap();
+    fail::cfg("audit::write", "1*off->return").unwrap();
+    let report = dead_letters::redrive(&trail, ctx("ops"), "hook", &*p.sink("hook").unwrap())
+        .await
+        .unwrap();
+    scenario.teardown();
+    assert_eq!(
+        report,
+        dead_letters::Redriven {
+            delivered: 1,
+            remaining: 1,
+            stopped: Some("store_unavailable"),
+        }
+    );
+    assert_eq!(receiver.sequences(), vec![1, 2]);
+    let kept = dead_letters::list(trail.store(), "hook", 0, 10).unwrap();
+    assert_eq!(kept.iter().map(|l| l.seq).collect::<Vec<_>>(), vec![2]);
+    let last = all_rows(trail.store()).pop().unwrap();
+    assert_eq!(
+        (last.action.as_str(), last.resource.as_str()),
+        ("dead_letter.redrive", "sinks/hook/dead-letters/1")
+    );
     p.stop().await;
     trail.shutdown().await;
 }

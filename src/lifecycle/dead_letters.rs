@@ -33,6 +33,11 @@ pub struct Redriven {
     pub delivered: u64,
     /// Still refused or failing, and kept (the redrive stops at the first).
     pub remaining: u64,
+    /// Why the redrive stopped before it tried every letter, when a letter was delivered but
+    /// its removal row could not be written (`store_unavailable`, `audit_backlog`): that letter
+    /// is kept, and sent again (same id) by the next redrive.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<&'static str>,
 }
 
 /// Up to `limit` dead letters of `sink` with seq greater than `after`, in seq order.
@@ -77,7 +82,8 @@ pub async fn drop_letter(
 
 /// Send `sink`'s dead letters again through `target`, in seq order with their original ids;
 /// each one delivered is removed with an audit row (`dead_letter.redrive`). Stops at the
-/// first that fails again.
+/// first that fails again, or whose row cannot be written: an error only if nothing was
+/// removed yet, otherwise the report says why it stopped.
 pub async fn redrive(
     trail: &Trail,
     ctx: Context,
@@ -110,16 +116,31 @@ pub async fn redrive(
                 }])
                 .await;
             if outcome.first() != Some(&Outcome::Delivered) {
-                let (store, sink) = (trail.store().clone(), sink.to_owned());
-                report.remaining = tokio::task::spawn_blocking(move || count(&store, &sink))
-                    .await
-                    .map_err(|e| StoreError::Unavailable(e.to_string()))??;
+                report.remaining = remaining(trail, sink).await?;
                 return Ok(report);
             }
-            remove(trail, ctx.clone(), sink, letter.seq, "dead_letter.redrive").await?;
-            report.delivered += 1;
+            match remove(trail, ctx.clone(), sink, letter.seq, "dead_letter.redrive").await {
+                Ok(_) => report.delivered += 1,
+                Err(e) if report.delivered == 0 => return Err(e),
+                Err(e) => {
+                    report.stopped = Some(match e {
+                        CommitError::AuditBacklog => "audit_backlog",
+                        _ => "store_unavailable",
+                    });
+                    report.remaining = remaining(trail, sink).await.unwrap_or(0);
+                    return Ok(report);
+                }
+            }
         }
     }
+}
+
+/// How many dead letters `sink` still has, read off the runtime.
+async fn remaining(trail: &Trail, sink: &str) -> Result<u64, StoreError> {
+    let (store, sink) = (trail.store().clone(), sink.to_owned());
+    tokio::task::spawn_blocking(move || count(&store, &sink))
+        .await
+        .map_err(|e| StoreError::Unavailable(e.to_string()))?
 }
 
 async fn remove(
