@@ -313,3 +313,42 @@ fn a_seq_past_any_trail_is_refused_at_boot() {
         );
     }
 }
+
+/// A read within a budget stops after that many rows, matching or not, and says where it
+/// stopped; reading on from there finds the rest, each row once.
+#[tokio::test]
+async fn a_read_within_a_budget_stops_where_it_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let trail = open_trail(dir.path(), true);
+    for i in 1..=10 {
+        create_source(&trail, ctx("p"), &format!("s{i}"), "x")
+            .await
+            .unwrap();
+    }
+    let store = trail.store().clone();
+    let filter = Filter {
+        resource_prefix: Some("sources/s1".into()),
+        ..Filter::default()
+    };
+    // s1 and s10 match; a budget of 4 rows reads 1-4, then 5-8, then 9-10.
+    let first = ankusa::audit::page_within(&store, 0, 5, &filter, 4).unwrap();
+    assert_eq!(
+        first.rows.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        vec![1]
+    );
+    assert_eq!(first.cut_at, Some(4));
+    let second = ankusa::audit::page_within(&store, 4, 5, &filter, 4).unwrap();
+    assert!(second.rows.is_empty());
+    assert_eq!(second.cut_at, Some(8));
+    let third = ankusa::audit::page_within(&store, 8, 5, &filter, 4).unwrap();
+    assert_eq!(
+        third.rows.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        vec![10]
+    );
+    assert_eq!(third.cut_at, None, "the trail ends before the budget");
+    // A full page stops at the limit, not the budget.
+    let full = ankusa::audit::page_within(&store, 0, 3, &Filter::default(), 4).unwrap();
+    assert_eq!(full.rows.len(), 3);
+    assert_eq!(full.cut_at, None);
+    trail.shutdown().await;
+}

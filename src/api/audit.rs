@@ -19,6 +19,10 @@ use crate::audit::{self, Filter};
 /// The longest filter value accepted.
 const MAX_FILTER_LEN: usize = 256;
 
+/// The most rows one request reads, matching or not: a filter few rows match answers with
+/// what it found and a `next` to go on from, instead of reading the whole trail at once.
+const SCAN_BUDGET: usize = 50_000;
+
 /// `?after=<seq>&limit=<n>&tenant=&action=&resource=<prefix>`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -35,7 +39,9 @@ pub struct AuditQuery {
     pub resource: Option<String>,
 }
 
-/// `GET /admin/v1/audit`: `{"rows": [...], "next": <seq or null>}`.
+/// `GET /admin/v1/audit`: `{"rows": [...], "next": <seq or null>}`. `next` is set whenever
+/// more rows may follow: after a full page, or when the read stopped at [`SCAN_BUDGET`] rows
+/// (a page then holds fewer rows than asked, even none).
 pub async fn list(
     _: Authorized<AuditRead>,
     State(state): State<AppState>,
@@ -48,15 +54,16 @@ pub async fn list(
         action: checked("action", query.action)?,
         resource_prefix: checked("resource", query.resource)?,
     };
-    let mut rows = state
+    let scanned = state
         .trail
-        .page(query.after.unwrap_or(0), limit + 1, filter)
+        .page(query.after.unwrap_or(0), limit + 1, filter, SCAN_BUDGET)
         .await?;
+    let mut rows = scanned.rows;
     let next = if rows.len() > limit {
         rows.truncate(limit);
         rows.last().map(|r| r.seq)
     } else {
-        None
+        scanned.cut_at
     };
     Ok(Json(json!({"rows": rows, "next": next})))
 }

@@ -43,7 +43,10 @@ pub use prune::SweepBatch;
 pub use refresh::{Known, Refresh, SubjectKey, TrailStates, REFRESH_VERB};
 pub use restore::{RESTORE_ACTION, RESTORE_RESOURCE};
 pub use retention::SweepReport;
-pub use row::{decode_row, decode_row_as, get, page, Change, Filter, Row, RowResult, ROW_FORMAT};
+pub use row::{
+    decode_row, decode_row_as, get, page, page_within, Change, Filter, Row, RowResult, Scanned,
+    ROW_FORMAT,
+};
 pub use settle::{Hold, Present, Reconcile, Reconcilers, SettleOptions};
 pub use tx::Tx;
 pub use usage::{Mismatch, Usage};
@@ -336,15 +339,16 @@ impl Trail {
         &self.history
     }
 
-    /// [`page`] off the async runtime.
+    /// [`page_within`] off the async runtime.
     pub async fn page(
         &self,
         after: u64,
         limit: usize,
         filter: Filter,
-    ) -> Result<Vec<Row>, StoreError> {
+        budget: usize,
+    ) -> Result<Scanned, StoreError> {
         let store = self.store.clone();
-        tokio::task::spawn_blocking(move || page(&store, after, limit, &filter))
+        tokio::task::spawn_blocking(move || page_within(&store, after, limit, &filter, budget))
             .await
             .unwrap_or_else(|e| Err(StoreError::Unavailable(format!("page task failed: {e}"))))
     }

@@ -208,10 +208,36 @@ pub fn page(
     limit: usize,
     filter: &Filter,
 ) -> Result<Vec<Row>, StoreError> {
-    let mut rows = Vec::new();
-    if limit == 0 || after == u64::MAX {
-        return Ok(rows);
+    Ok(page_within(store, after, limit, filter, usize::MAX)?.rows)
+}
+
+/// A page read within a budget of rows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scanned {
+    /// The matching rows, in seq order.
+    pub rows: Vec<Row>,
+    /// The last seq read when the budget ran out before `limit` rows matched (more may
+    /// follow: the next read goes on after it); `None` when the read was not cut short.
+    pub cut_at: Option<u64>,
+}
+
+/// [`page`], reading at most `budget` rows (matching or not): a filter that few rows match
+/// costs a bounded read per call, and the caller goes on from [`Scanned::cut_at`].
+pub fn page_within(
+    store: &Store,
+    after: u64,
+    limit: usize,
+    filter: &Filter,
+    budget: usize,
+) -> Result<Scanned, StoreError> {
+    let mut scanned = Scanned {
+        rows: Vec::new(),
+        cut_at: None,
+    };
+    if limit == 0 || after == u64::MAX || budget == 0 {
+        return Ok(scanned);
     }
+    let (mut read, mut last) = (0, after);
     let mut failure = None;
     store.scan(
         Cf::Audit,
@@ -219,10 +245,18 @@ pub fn page(
         &keys::row_seek(after + 1),
         |k, v| match decode_row(k, v) {
             Ok(row) => {
+                (read, last) = (read + 1, row.seq);
                 if filter.matches(&row) {
-                    rows.push(row);
+                    scanned.rows.push(row);
                 }
-                rows.len() < limit
+                if scanned.rows.len() >= limit {
+                    return false;
+                }
+                if read >= budget {
+                    scanned.cut_at = Some(last);
+                    return false;
+                }
+                true
             }
             Err(e) => {
                 failure = Some(e);
@@ -232,7 +266,7 @@ pub fn page(
     )?;
     match failure {
         Some(e) => Err(e),
-        None => Ok(rows),
+        None => Ok(scanned),
     }
 }
 
