@@ -90,3 +90,38 @@ fn memory_and_redis_stores_agree_on_every_sequence() {
         })
         .unwrap();
 }
+
+/// An id the index lists whose route is gone (deleted between the store's two reads) does
+/// not shorten a page: the store reads on, so a short page still means the end.
+#[tokio::test]
+async fn a_listed_id_whose_route_is_gone_does_not_end_the_listing() {
+    let redis = RedisServer::start();
+    let store = redis_store(&redis.url());
+    for id in [1, 3, 4] {
+        assert_eq!(
+            store.put(&route("t1", id, 1), 0).await.unwrap(),
+            Cas::Written
+        );
+    }
+    // The index entry of a route deleted between ZRANGEBYLEX and HMGET, frozen in place.
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: i64 = redis::cmd("ZADD")
+        .arg("ankusa:routes:{t1}")
+        .arg(0)
+        .arg("r2")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+
+    let ids = |routes: Vec<Route>| routes.into_iter().map(|r| r.id).collect::<Vec<_>>();
+    assert_eq!(ids(store.list("t1", None, 2).await.unwrap()), ["r1", "r3"]);
+    assert_eq!(
+        ids(store.list("t1", Some("r1"), 2).await.unwrap()),
+        ["r3", "r4"]
+    );
+    assert_eq!(
+        ids(store.list("t1", None, 10).await.unwrap()),
+        ["r1", "r3", "r4"]
+    );
+}

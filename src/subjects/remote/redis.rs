@@ -241,35 +241,46 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
         limit: usize,
     ) -> Result<Vec<T>, StoreError> {
         let mut conn = self.conn().await?;
-        let min = after.map_or_else(|| "-".to_owned(), |a| format!("({a}"));
-        let ids: Vec<String> = redis::cmd("ZRANGEBYLEX")
-            .arg(self.index_key(tenant))
-            .arg(min)
-            .arg("+")
-            .arg("LIMIT")
-            .arg(0)
-            .arg(limit)
-            .query_async(&mut conn)
-            .await
-            .map_err(unavailable)?;
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut pipe = redis::pipe();
-        for id in &ids {
-            pipe.cmd("HMGET")
-                .arg(self.key(tenant, id))
-                .arg("rev")
-                .arg("json");
-        }
-        let found: Vec<(Option<u64>, Option<String>)> =
-            pipe.query_async(&mut conn).await.map_err(unavailable)?;
-        let mut subjects = Vec::with_capacity(found.len());
-        for (id, (rev, json)) in ids.iter().zip(found) {
-            // Deleted between the two reads: not there.
-            if let Some(subject) = decode(&self.key(tenant, id), rev, json)? {
-                subjects.push(subject);
+        let mut subjects = Vec::with_capacity(limit.min(1024));
+        let mut after = after.map(str::to_owned);
+        // An id the index lists may be deleted before its hash is read: it is not there, and
+        // the index is read on past it so that a page is short only at the end of the tenant.
+        while subjects.len() < limit {
+            let want = limit - subjects.len();
+            let min = after
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), |a| format!("({a}"));
+            let ids: Vec<String> = redis::cmd("ZRANGEBYLEX")
+                .arg(self.index_key(tenant))
+                .arg(min)
+                .arg("+")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(want)
+                .query_async(&mut conn)
+                .await
+                .map_err(unavailable)?;
+            let Some(last) = ids.last().cloned() else {
+                break;
+            };
+            let mut pipe = redis::pipe();
+            for id in &ids {
+                pipe.cmd("HMGET")
+                    .arg(self.key(tenant, id))
+                    .arg("rev")
+                    .arg("json");
             }
+            let found: Vec<(Option<u64>, Option<String>)> =
+                pipe.query_async(&mut conn).await.map_err(unavailable)?;
+            for (id, (rev, json)) in ids.iter().zip(found) {
+                if let Some(subject) = decode(&self.key(tenant, id), rev, json)? {
+                    subjects.push(subject);
+                }
+            }
+            if ids.len() < want {
+                break;
+            }
+            after = Some(last);
         }
         Ok(subjects)
     }
