@@ -118,6 +118,8 @@ pub async fn serve(
     .with_graceful_shutdown(shutdown)
     .await;
     ready.store(false, Ordering::Release);
+    // Checked before the writer is asked to stop: then it stops on purpose.
+    let writer_died = !trail.is_taking_changes();
     tracing::info!("stopped accepting; stopping the publisher and flushing the audit writer");
     stop_publisher.cancel();
     if let Some(publisher) = publisher {
@@ -131,7 +133,11 @@ pub async fn serve(
     }
     trail.shutdown().await;
     tracing::info!("store closed");
-    served.context("serving HTTP")
+    served.context("serving HTTP")?;
+    if writer_died {
+        anyhow::bail!("the audit writer stopped while the node served (see the log above); every change since was refused");
+    }
+    Ok(())
 }
 
 /// Resolves on SIGINT or SIGTERM.

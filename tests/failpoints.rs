@@ -2,6 +2,8 @@
 //! binary: a failpoint is process-wide, and must not hit tests running beside it.
 #![cfg(feature = "failpoints")]
 
+#[path = "common/api.rs"]
+mod api;
 mod common;
 
 use std::future::Future;
@@ -276,5 +278,45 @@ async fn at_a_ceiling_under_failing_batches_the_counters_stay_true() {
     let rows: Vec<u64> = all_rows(store).iter().map(|r| r.seq).collect();
     assert_eq!(rows, (n - 48..=n + 1).collect::<Vec<_>>());
     trail.shutdown().await;
+    scenario.teardown();
+}
+
+/// A writer that dies (a panic outside a change's own code) is not hidden: every change is
+/// refused as store_unavailable with no row, readiness says so, and the node's run ends in an
+/// error instead of a clean stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_died_is_not_ready_and_the_node_does_not_stop_cleanly() {
+    let scenario = fail::FailScenario::setup();
+    let node = api::TestNode::start().await;
+    let ready = reqwest::get(node.url("/readyz")).await.unwrap();
+    assert_eq!(ready.status(), 200);
+
+    fail::cfg("audit::inline", "panic").unwrap();
+    let source = json!({"id": "s1", "kind": "webhook", "config": {}});
+    let sources = "/admin/v1/tenants/t1/sources";
+    let r = node
+        .call(
+            reqwest::Method::POST,
+            sources,
+            api::ADMIN,
+            Some(source.clone()),
+        )
+        .await;
+    api::assert_error(&r, 503, "store_unavailable");
+    fail::remove("audit::inline");
+    let r = node
+        .call(reqwest::Method::POST, sources, api::ADMIN, Some(source))
+        .await;
+    api::assert_error(&r, 503, "store_unavailable");
+    let ready = reqwest::get(node.url("/readyz")).await.unwrap();
+    assert_eq!(ready.status(), 503);
+    let body: serde_json::Value = ready.json().await.unwrap();
+    assert_eq!(body, json!({"status": "writer_stopped"}));
+
+    let (dir, ran) = node.stop_as_it_ran().await;
+    let err = ran.unwrap_err().to_string();
+    assert!(err.contains("the audit writer stopped"), "{err}");
+    let store = ankusa::store::Store::open(&dir.path().join("data")).unwrap();
+    assert!(all_rows(&store).is_empty());
     scenario.teardown();
 }

@@ -118,6 +118,12 @@ async fn healthz() -> impl IntoResponse {
 
 /// Readiness: booted, and the writer is taking changes.
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+    if !state.trail.is_taking_changes() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "writer_stopped"})),
+        );
+    }
     if state.ready.load(Ordering::Acquire) {
         let seq = *state.trail.committed().borrow();
         (

@@ -353,6 +353,12 @@ impl Trail {
             .unwrap_or_else(|e| Err(StoreError::Unavailable(format!("page task failed: {e}"))))
     }
 
+    /// Whether the writer is running: `false` once it stopped ([`Trail::shutdown`]) or died
+    /// (a panic outside a change's own code), after which every change is `StoreUnavailable`.
+    pub fn is_taking_changes(&self) -> bool {
+        !self.requests.is_closed()
+    }
+
     /// Finish every queued change, flush the store and stop the writer. Changes sent after
     /// this get `StoreUnavailable`.
     pub async fn shutdown(&self) {

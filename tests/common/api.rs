@@ -234,15 +234,23 @@ impl TestNode {
     }
 
     /// Stop the node (it flushes the writer and the store) and hand back its directory.
-    pub async fn stop(mut self) -> tempfile::TempDir {
+    pub async fn stop(self) -> tempfile::TempDir {
+        let (dir, ran) = self.stop_as_it_ran().await;
+        ran.expect("node ran cleanly");
+        dir
+    }
+
+    /// Stop the node and hand back its directory and what its run returned.
+    pub async fn stop_as_it_ran(mut self) -> (tempfile::TempDir, anyhow::Result<()>) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        if let Some(task) = self.task.take() {
-            task.await.expect("node task").expect("node ran cleanly");
-        }
+        let ran = match self.task.take() {
+            Some(task) => task.await.expect("node task"),
+            None => Ok(()),
+        };
         let dir = tempfile::tempdir().expect("tempdir");
-        std::mem::replace(&mut self.dir, dir)
+        (std::mem::replace(&mut self.dir, dir), ran)
     }
 }
 
