@@ -383,6 +383,56 @@ async fn restores_refuse_a_non_empty_path_a_store_in_use_and_a_corrupt_backup() 
     assert!(store.meta(meta::INCARNATION_PENDING).unwrap().is_none());
 }
 
+/// A forced restore keeps the store it replaces locked from its first look until the restored
+/// one takes its place (no node can start on it meanwhile), then trades the two in one
+/// rename: the replaced store is aside, whole, and nothing temporary is left.
+#[tokio::test]
+async fn a_forced_restore_holds_the_replaced_store_until_the_swap() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, backups) = (dir.path().join("store"), dir.path().join("backups"));
+    let trail = open_trail(&path, true);
+    create_source(&trail, ctx("a"), "s1", "x").await.unwrap();
+    BackupDir::create(&backups)
+        .unwrap()
+        .back_up(trail.store(), now())
+        .unwrap();
+    create_source(&trail, ctx("a"), "s2", "x").await.unwrap();
+    trail.shutdown().await;
+    drop(trail);
+
+    let req = RestoreRequest {
+        from: &backups,
+        id: None,
+        target: &path,
+        force: true,
+        carry: &[],
+    };
+    let stages = std::sync::Mutex::new(Vec::new());
+    let restored = restore(&req, now(), &|stage| {
+        let held = match Store::open(&path) {
+            Ok(_) => "open",
+            Err(e) if e.to_string().contains("lock") => "held",
+            Err(_) => "other",
+        };
+        stages.lock().unwrap().push(format!("{stage}: {held}"));
+    })
+    .unwrap();
+    assert_eq!(
+        stages.into_inner().unwrap(),
+        vec![
+            "verifying the backup: held",
+            "restoring backup 1: held",
+            "moving the restored store into place: held",
+        ]
+    );
+    let aside = restored.replaced.expect("the replaced store's new place");
+    assert_eq!(all_rows(&Store::open(&aside).unwrap()).len(), 2);
+    let store = Store::open(&path).unwrap();
+    assert_eq!(all_rows(&store).len(), 1);
+    assert!(store.meta(meta::INCARNATION_PENDING).unwrap().is_some());
+    assert_no_temp_dirs(dir.path());
+}
+
 /// Every file under `dir` with extension `ext`.
 pub fn files_with(dir: &Path, ext: &str) -> Vec<PathBuf> {
     let mut out = vec![];

@@ -9,7 +9,11 @@
 //!
 //! A non-empty target is refused unless forced, and even then only when it is a store that
 //! no process holds; it is moved aside (`<target>.replaced-<time>`), never deleted, so that a
-//! mistaken restore loses nothing.
+//! mistaken restore loses nothing. The restore opens that store and keeps it open (holding its
+//! lock, so no node can start on it) until the restored one is put in its place, and the two
+//! directories trade places in one atomic rename where the file system can (Linux's
+//! `RENAME_EXCHANGE`): no moment leaves the path without a store, for a node starting then to
+//! make an empty one.
 
 use std::path::{Path, PathBuf};
 
@@ -68,7 +72,8 @@ pub struct Restored {
 enum Target {
     Absent,
     Empty,
-    Store,
+    /// A store, open here when it could be opened (its lock held until the swap).
+    Store(Option<Store>),
 }
 
 /// Restore `req` (see the module doc). `stage` hears what it is doing, for progress.
@@ -99,7 +104,16 @@ pub fn restore(
         }
     };
     stage("moving the restored store into place");
-    match swap(&tmp, req.target, target, now_ms) {
+    let existing = match target {
+        // Closed at the last moment: from here to the swap is one rename.
+        Target::Store(held) => {
+            drop(held);
+            Existing::Store
+        }
+        Target::Empty => Existing::Empty,
+        Target::Absent => Existing::Absent,
+    };
+    match swap(&tmp, req.target, existing, now_ms) {
         Ok(replaced) => Ok(Restored {
             id: backup.id,
             audit_seq,
@@ -133,17 +147,21 @@ fn check_target(path: &Path, force: bool) -> Result<Target, BackupError> {
             "{shown} is not empty and holds no store: not replacing it, even with --force"
         )));
     }
-    // A node (or a tool) that has the store open holds its lock: opening it tells. A store
-    // too damaged to open is what restores are for, so any other failure is no refusal.
-    if let Err(e) = Store::open(path) {
-        let message = e.to_string();
-        if message.contains("lock file") || message.contains("lock hold") {
-            return Err(BackupError::Refused(format!(
-                "the store at {shown} is in use (is a node running on it?): stop it first"
-            )));
+    // A node (or a tool) that has the store open holds its lock: opening it tells, and
+    // keeping it open keeps one from starting until the swap. A store too damaged to open is
+    // what restores are for, so any other failure is no refusal (and nothing is held).
+    match Store::open(path) {
+        Ok(store) => Ok(Target::Store(Some(store))),
+        Err(e) => {
+            let message = e.to_string();
+            if message.contains("lock file") || message.contains("lock hold") {
+                return Err(BackupError::Refused(format!(
+                    "the store at {shown} is in use (is a node running on it?): stop it first"
+                )));
+            }
+            Ok(Target::Store(None))
         }
     }
-    Ok(Target::Store)
 }
 
 /// A fresh hidden directory name beside `target`, on its file system (renames are atomic).
@@ -182,6 +200,27 @@ fn mark_pending(path: &Path, backup_id: u32, now_ms: u64) -> Result<u64, BackupE
     Ok(restored_seq)
 }
 
+/// Make `tmp` and `target` trade places: in one atomic rename where the file system can,
+/// else in two (`target` aside to `tmp`'s sibling name, then `tmp` in), put back on a failure.
+fn exchange(tmp: &Path, target: &Path) -> Result<(), BackupError> {
+    use rustix::fs::{renameat_with, RenameFlags, CWD};
+    match renameat_with(CWD, tmp, CWD, target, RenameFlags::EXCHANGE) {
+        Ok(()) => return Ok(()),
+        // Not supported here (the file system, or an old kernel): the two renames below.
+        Err(e) if e == rustix::io::Errno::INVAL || e == rustix::io::Errno::NOSYS => {}
+        Err(e) => return Err(BackupError::io(target, e.into())),
+    }
+    let mut swapped = tmp.as_os_str().to_owned();
+    swapped.push(".old");
+    let swapped = PathBuf::from(swapped);
+    std::fs::rename(target, &swapped).map_err(|e| BackupError::io(target, e))?;
+    if let Err(e) = std::fs::rename(tmp, target) {
+        let _ = std::fs::rename(&swapped, target);
+        return Err(BackupError::io(target, e));
+    }
+    std::fs::rename(&swapped, tmp).map_err(|e| BackupError::io(&swapped, e))
+}
+
 fn carry(from: &Path, to: &Path, names: &[&str]) -> Result<(), BackupError> {
     for name in names {
         let source = from.join(name);
@@ -192,36 +231,46 @@ fn carry(from: &Path, to: &Path, names: &[&str]) -> Result<(), BackupError> {
     Ok(())
 }
 
-/// Put `tmp` at `target`, moving a store there aside first; returns where it went.
+/// What the swap finds at the target.
+enum Existing {
+    Absent,
+    Empty,
+    Store,
+}
+
+/// Put `tmp` at `target`, moving what is there aside (a store) or away (an empty directory);
+/// returns where a store went.
 fn swap(
     tmp: &Path,
     target: &Path,
-    existing: Target,
+    existing: Existing,
     now_ms: u64,
 ) -> Result<Option<PathBuf>, BackupError> {
     let aside = match existing {
-        Target::Absent => None,
-        Target::Empty => {
-            std::fs::remove_dir(target).map_err(|e| BackupError::io(target, e))?;
+        Existing::Absent => {
+            std::fs::rename(tmp, target).map_err(|e| BackupError::io(target, e))?;
             None
         }
-        Target::Store => {
+        Existing::Empty => {
+            exchange(tmp, target)?;
+            // `tmp` is the empty directory now.
+            std::fs::remove_dir(tmp).map_err(|e| BackupError::io(tmp, e))?;
+            None
+        }
+        Existing::Store => {
             let stamp = chrono::DateTime::from_timestamp_millis(now_ms as i64)
                 .map(|t| t.format("%Y%m%dT%H%M%S%3f").to_string())
                 .unwrap_or_else(|| now_ms.to_string());
             let mut name = target.as_os_str().to_owned();
             name.push(format!(".replaced-{stamp}"));
             let aside = PathBuf::from(name);
-            std::fs::rename(target, &aside).map_err(|e| BackupError::io(target, e))?;
+            exchange(tmp, target)?;
+            // `tmp` is the replaced store now: a crash before this rename leaves it there,
+            // whole, under the temporary name.
+            std::fs::rename(tmp, &aside).map_err(|e| BackupError::io(tmp, e))?;
             Some(aside)
         }
     };
-    if let Err(e) = std::fs::rename(tmp, target) {
-        if let Some(aside) = &aside {
-            let _ = std::fs::rename(aside, target);
-        }
-        return Err(BackupError::io(target, e));
-    }
     let parent = match target.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
