@@ -482,7 +482,7 @@ impl Config {
         }
         // Inside the store, a restore with --force would move the backups aside with it.
         let backups = &self.node.backup_dir;
-        if backups.as_os_str().is_empty() || backups.starts_with(&self.node.data_dir) {
+        if backups.as_os_str().is_empty() || within(backups, &self.node.data_dir) {
             return invalid("node.backup_dir", "must be set, outside node.data_dir");
         }
         if tracing_subscriber::EnvFilter::try_new(&self.log.level).is_err() {
@@ -553,6 +553,43 @@ fn valid_token_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b".-_:@".contains(&b))
+}
+
+/// Whether `path` is `dir` or inside it, however either is written: relative or absolute,
+/// with `.` or `..`, through symlinks (as far as the paths exist).
+pub fn within(path: &Path, dir: &Path) -> bool {
+    resolved(path).starts_with(resolved(dir))
+}
+
+/// `path` made absolute, `.` and `..` taken out as written, then its deepest existing
+/// ancestor resolved (symlinks).
+fn resolved(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+    let mut normal = PathBuf::new();
+    for part in absolute.components() {
+        match part {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                normal.pop();
+            }
+            other => normal.push(other),
+        }
+    }
+    let mut existing = normal.as_path();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = existing.canonicalize() {
+            return rest.iter().rev().fold(real, |path, part| path.join(part));
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name);
+                existing = parent;
+            }
+            _ => return normal,
+        }
+    }
 }
 
 fn invalid(key: &'static str, message: &str) -> Result<(), ConfigError> {
@@ -658,6 +695,34 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("format"), "{err}");
+    }
+
+    #[test]
+    fn backups_inside_the_store_are_refused_however_the_path_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir(&data).unwrap();
+        let root = dir.path().display();
+        for backups in [
+            format!("{root}/data/backups"),
+            format!("{root}/./data/backups"),
+            format!("{root}/other/../data/backups"),
+            format!("{root}/data"),
+        ] {
+            let toml = format!(
+                "[node]\ndata_dir = \"{}\"\nbackup_dir = \"{backups}\"\n",
+                data.display()
+            );
+            let err = load_str(&toml).unwrap_err().to_string();
+            assert!(err.contains("node.backup_dir"), "{backups}: {err}");
+        }
+        let toml = format!(
+            "[node]\ndata_dir = \"{}\"\nbackup_dir = \"{root}/data-backups\"\n",
+            data.display()
+        );
+        load_str(&toml).unwrap();
+        assert!(within(Path::new("./data/b"), Path::new("data")));
+        assert!(!within(Path::new("data-b"), Path::new("data")));
     }
 
     #[test]

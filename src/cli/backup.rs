@@ -83,7 +83,7 @@ fn create(config: &Config, args: CreateArgs, out: &mut dyn Write) -> anyhow::Res
     if !path.join("CURRENT").is_file() {
         anyhow::bail!("no store at {}", path.display());
     }
-    if args.to.starts_with(&path) {
+    if crate::config::within(&args.to, &path) {
         anyhow::bail!("the backup directory must be outside the store");
     }
     let store = Store::open(&path).map_err(|e| {
