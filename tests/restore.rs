@@ -384,8 +384,9 @@ async fn restores_refuse_a_non_empty_path_a_store_in_use_and_a_corrupt_backup() 
 }
 
 /// A forced restore keeps the store it replaces locked from its first look until the restored
-/// one takes its place (no node can start on it meanwhile), then trades the two in one
-/// rename: the replaced store is aside, whole, and nothing temporary is left.
+/// one takes its place (another process, as a node would, cannot open it meanwhile), then
+/// trades the two in one rename: the replaced store is aside, whole, and nothing temporary is
+/// left.
 #[tokio::test]
 async fn a_forced_restore_holds_the_replaced_store_until_the_swap() {
     let dir = tempfile::tempdir().unwrap();
@@ -407,14 +408,28 @@ async fn a_forced_restore_holds_the_replaced_store_until_the_swap() {
         force: true,
         carry: &[],
     };
+    // `ankusa backup create` opens the store as a node would, from another process.
+    let scratch = dir.path().join("scratch");
+    let opened_elsewhere = || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ankusa"))
+            .args(["backup", "create", "--store"])
+            .arg(&path)
+            .arg("--to")
+            .arg(&scratch)
+            .output()
+            .unwrap();
+        match String::from_utf8_lossy(&out.stderr) {
+            e if e.contains("in use") => "held",
+            _ if out.status.success() => "open",
+            e => panic!("{e}"),
+        }
+    };
     let stages = std::sync::Mutex::new(Vec::new());
     let restored = restore(&req, now(), &|stage| {
-        let held = match Store::open(&path) {
-            Ok(_) => "open",
-            Err(e) if e.to_string().contains("lock") => "held",
-            Err(_) => "other",
-        };
-        stages.lock().unwrap().push(format!("{stage}: {held}"));
+        stages
+            .lock()
+            .unwrap()
+            .push(format!("{stage}: {}", opened_elsewhere()));
     })
     .unwrap();
     assert_eq!(

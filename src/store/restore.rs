@@ -9,11 +9,11 @@
 //!
 //! A non-empty target is refused unless forced, and even then only when it is a store that
 //! no process holds; it is moved aside (`<target>.replaced-<time>`), never deleted, so that a
-//! mistaken restore loses nothing. The restore opens that store and keeps it open (holding its
-//! lock, so no node can start on it) until the restored one is put in its place, and the two
-//! directories trade places in one atomic rename where the file system can (Linux's
-//! `RENAME_EXCHANGE`): no moment leaves the path without a store, for a node starting then to
-//! make an empty one.
+//! mistaken restore loses nothing. From its first look until the restored store is in its
+//! place, the restore holds the lock RocksDB takes on that store (its `LOCK` file), so no node
+//! can start on it meanwhile; and the two directories trade places in one atomic rename where
+//! the file system can (Linux's `RENAME_EXCHANGE`): no moment leaves the path without a store,
+//! for a node starting then to make an empty one.
 
 use std::path::{Path, PathBuf};
 
@@ -72,8 +72,44 @@ pub struct Restored {
 enum Target {
     Absent,
     Empty,
-    /// A store, open here when it could be opened (its lock held until the swap).
-    Store(Option<Store>),
+    /// A store, its lock held until this is dropped.
+    Store {
+        _held: Held,
+    },
+}
+
+/// A store's lock, held: RocksDB's own `fcntl` write lock on the whole of its `LOCK` file, so a
+/// node opening the store (in another process) is refused as long as this lives. The lock is
+/// on the file, so it stays with the store's directory through renames.
+struct Held {
+    _lock: std::fs::File,
+}
+
+impl Held {
+    /// Take the lock of the store at `path`; a refusal when another process holds it.
+    fn take(path: &Path) -> Result<Held, BackupError> {
+        let path = path.join("LOCK");
+        let lock = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| BackupError::io(&path, e))?;
+        match rustix::fs::fcntl_lock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => Ok(Held { _lock: lock }),
+            Err(e) if e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::ACCESS => {
+                Err(in_use(path.parent().unwrap_or(&path)))
+            }
+            Err(e) => Err(BackupError::io(&path, e.into())),
+        }
+    }
+}
+
+fn in_use(store: &Path) -> BackupError {
+    BackupError::Refused(format!(
+        "the store at {} is in use (is a node running on it?): stop it first",
+        store.display()
+    ))
 }
 
 /// Restore `req` (see the module doc). `stage` hears what it is doing, for progress.
@@ -104,16 +140,8 @@ pub fn restore(
         }
     };
     stage("moving the restored store into place");
-    let existing = match target {
-        // Closed at the last moment: from here to the swap is one rename.
-        Target::Store(held) => {
-            drop(held);
-            Existing::Store
-        }
-        Target::Empty => Existing::Empty,
-        Target::Absent => Existing::Absent,
-    };
-    match swap(&tmp, req.target, existing, now_ms) {
+    // The replaced store's lock is let go only once it is aside.
+    match swap(&tmp, req.target, &target, now_ms) {
         Ok(replaced) => Ok(Restored {
             id: backup.id,
             audit_seq,
@@ -147,21 +175,18 @@ fn check_target(path: &Path, force: bool) -> Result<Target, BackupError> {
             "{shown} is not empty and holds no store: not replacing it, even with --force"
         )));
     }
-    // A node (or a tool) that has the store open holds its lock: opening it tells, and
-    // keeping it open keeps one from starting until the swap. A store too damaged to open is
-    // what restores are for, so any other failure is no refusal (and nothing is held).
-    match Store::open(path) {
-        Ok(store) => Ok(Target::Store(Some(store))),
-        Err(e) => {
-            let message = e.to_string();
-            if message.contains("lock file") || message.contains("lock hold") {
-                return Err(BackupError::Refused(format!(
-                    "the store at {shown} is in use (is a node running on it?): stop it first"
-                )));
-            }
-            Ok(Target::Store(None))
+    // A node (or a tool) that has the store open holds its lock: opening it tells, in this
+    // process too. A store too damaged to open is what restores are for, so any other failure
+    // is no refusal. Then the lock is taken, and held until the swap.
+    if let Err(e) = Store::open(path) {
+        let message = e.to_string();
+        if message.contains("lock file") || message.contains("lock hold") {
+            return Err(in_use(path));
         }
     }
+    Ok(Target::Store {
+        _held: Held::take(path)?,
+    })
 }
 
 /// A fresh hidden directory name beside `target`, on its file system (renames are atomic).
@@ -231,33 +256,26 @@ fn carry(from: &Path, to: &Path, names: &[&str]) -> Result<(), BackupError> {
     Ok(())
 }
 
-/// What the swap finds at the target.
-enum Existing {
-    Absent,
-    Empty,
-    Store,
-}
-
 /// Put `tmp` at `target`, moving what is there aside (a store) or away (an empty directory);
 /// returns where a store went.
 fn swap(
     tmp: &Path,
     target: &Path,
-    existing: Existing,
+    existing: &Target,
     now_ms: u64,
 ) -> Result<Option<PathBuf>, BackupError> {
     let aside = match existing {
-        Existing::Absent => {
+        Target::Absent => {
             std::fs::rename(tmp, target).map_err(|e| BackupError::io(target, e))?;
             None
         }
-        Existing::Empty => {
+        Target::Empty => {
             exchange(tmp, target)?;
             // `tmp` is the empty directory now.
             std::fs::remove_dir(tmp).map_err(|e| BackupError::io(tmp, e))?;
             None
         }
-        Existing::Store => {
+        Target::Store { .. } => {
             let stamp = chrono::DateTime::from_timestamp_millis(now_ms as i64)
                 .map(|t| t.format("%Y%m%dT%H%M%S%3f").to_string())
                 .unwrap_or_else(|| now_ms.to_string());
