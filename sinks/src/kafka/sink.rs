@@ -6,12 +6,14 @@
 //! - a record that could not even be enqueued holds back the rest of its key in the attempt,
 //!   and the attempt is not open (nothing is submitted after it until it is settled);
 //! - a record whose delivery failed (a timeout while its partition had no leader, say) purges
-//!   what is still queued in the producer, so the records enqueued after it, by this attempt
-//!   or later ones in flight, fail too instead of going out ahead of its resend;
-//! - a fatal producer error (an idempotent producer that lost its sequence state cannot
-//!   continue) is mended by a fresh producer only once no attempt is under way on the broken
-//!   one: records enqueued on the fresh one could overtake theirs. Until then attempts fail
-//!   at once.
+//!   what is still queued in the producer, as soon as it is reported, so the records enqueued
+//!   after it, by this attempt or later ones in flight, fail too instead of going out ahead of
+//!   its resend;
+//! - after such a failure, or a fatal producer error (an idempotent producer that lost its
+//!   sequence state cannot continue), nothing new is enqueued until every attempt under way
+//!   has been settled by the caller, who then resends from its first failed event: until
+//!   then attempts fail at once. Only then is a fatal producer replaced by a fresh one, whose
+//!   records could otherwise overtake those of the broken one.
 //!
 //! The producer sits behind a `std::sync::RwLock<Arc<_>>`: an attempt clones the `Arc` and lets
 //! go of the lock at once (it is never held across an await).
@@ -51,6 +53,8 @@ pub struct KafkaSink {
     recreations: AtomicU64,
     /// Attempts handed out whose outcomes are not yet settled (or dropped).
     attempts: Arc<AtomicUsize>,
+    /// Whether a delivery of an attempt handed out since nothing was last under way failed.
+    failed: Arc<AtomicBool>,
 }
 
 /// One attempt under way: counted in [`KafkaSink::attempts`] until its outcomes are read or
@@ -91,6 +95,7 @@ impl KafkaSink {
             healthcheck_timeout: config.healthcheck_timeout,
             recreations: AtomicU64::new(0),
             attempts: Arc::new(AtomicUsize::new(0)),
+            failed: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -177,15 +182,26 @@ impl Sink for KafkaSink {
     /// are in flight, unless one of these could not even be enqueued.
     async fn submit(&self, events: &[Delivery]) -> Submitted {
         let mut producer = self.producer();
-        if self.recreate_if_fatal(&producer) {
-            let live = self.producer();
-            if Arc::ptr_eq(&live, &producer) {
-                // Not replaced: attempts are still under way on it.
-                let outcomes = vec![retry("producer_fatal"); events.len()];
+        if self.attempts.load(Ordering::SeqCst) > 0 {
+            // After a failure, nothing new until what is under way is settled (module doc).
+            let refused = if producer.client().fatal_error().is_some() {
+                Some("producer_fatal")
+            } else if self.failed.load(Ordering::SeqCst) {
+                Some("earlier_delivery_failed")
+            } else {
+                None
+            };
+            if let Some(reason) = refused {
+                let outcomes = vec![retry(reason); events.len()];
                 report_failures(&outcomes);
                 return Submitted::done(outcomes);
             }
-            retire(std::mem::replace(&mut producer, live));
+        } else {
+            // Nothing under way: the caller starts again from its first failed event.
+            self.failed.store(false, Ordering::SeqCst);
+        }
+        if self.recreate_if_fatal(&producer) {
+            retire(std::mem::replace(&mut producer, self.producer()));
         }
         let underway = Underway::start(&self.attempts);
         let deadline = Instant::now() + self.message_timeout;
@@ -219,9 +235,21 @@ impl Sink for KafkaSink {
                 }
             }
         }
+        // Read on a task of its own, so that a failed delivery purges the queue as soon as
+        // it is reported, not once the caller comes to this attempt after the older ones. The
+        // attempt is under way until the caller has its outcomes (or drops them).
+        let failed = Arc::clone(&self.failed);
+        let reading = tokio::spawn(reports(producer, outcomes, pending, failed));
+        let events = events.len();
         Submitted {
             open: held_keys.is_empty(),
-            outcomes: Box::pin(reports(producer, outcomes, pending, underway)),
+            outcomes: Box::pin(async move {
+                let outcomes = reading
+                    .await
+                    .unwrap_or_else(|_| vec![retry("delivery_task_failed"); events]);
+                drop(underway);
+                outcomes
+            }),
         }
     }
 
@@ -237,18 +265,18 @@ impl Sink for KafkaSink {
 }
 
 /// The outcomes of an attempt: those known at enqueue time, and the delivery reports of the
-/// rest. The first delivery that must be retried purges the producer's queue (see the module
-/// doc). When the producer turned fatal meanwhile, only what it confirmed counts as
-/// delivered; a later attempt replaces it (see `recreate_if_fatal`).
+/// rest. The first delivery that must be retried marks the sink `failed` and purges the
+/// producer's queue (see the module doc). When the producer turned fatal meanwhile, only what
+/// it confirmed counts as delivered; a later attempt replaces it (see `recreate_if_fatal`).
 async fn reports(
     producer: Arc<FutureProducer>,
     mut outcomes: Vec<Option<Outcome>>,
     pending: Vec<(usize, DeliveryFuture)>,
-    underway: Underway,
+    failed: Arc<AtomicBool>,
 ) -> Vec<Outcome> {
     let purged = AtomicBool::new(false);
     let reports = futures::future::join_all(pending.into_iter().map(|(i, f)| {
-        let (producer, purged) = (&producer, &purged);
+        let (producer, purged, failed) = (&producer, &purged, &failed);
         async move {
             let outcome = match f.await {
                 Ok(Ok(_)) => Outcome::Delivered,
@@ -256,13 +284,13 @@ async fn reports(
                 Err(_canceled) => retry("delivery_canceled"),
             };
             if matches!(outcome, Outcome::Retry { .. }) && !purged.swap(true, Ordering::SeqCst) {
+                failed.store(true, Ordering::SeqCst);
                 purge_queued(producer).await;
             }
             (i, outcome)
         }
     }))
     .await;
-    drop(underway);
     for (index, outcome) in reports {
         outcomes[index] = Some(outcome);
     }

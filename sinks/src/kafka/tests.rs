@@ -257,7 +257,9 @@ async fn a_fatal_producer_is_replaced_only_once_its_attempts_are_settled() {
 /// A record that timed out while its partition had no leader is not overtaken by a record
 /// of its key enqueued after it (a later attempt in flight): that one fails too, so the
 /// resend keeps the key's order. Without the purge, the later record went out as soon as
-/// the broker was back.
+/// the broker was back. The two are enqueued 1 s apart, a period of librdkafka's scan for
+/// timed-out records, so they never time out in one scan; and the second is enqueued before
+/// the first can time out (1.5 s).
 #[tokio::test]
 async fn a_record_that_failed_is_not_overtaken_by_a_later_one_of_its_key() {
     let topic = "ankusa-overtake";
@@ -275,11 +277,19 @@ async fn a_record_that_failed_is_not_overtaken_by_a_later_one_of_its_key() {
 
     cluster.broker_down(1).unwrap();
     let first = sink.submit(&[sample(2, "k")]).await;
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
     let second = sink.submit(&[sample(3, "k")]).await;
     assert!(second.open);
     let failed = first.outcomes.await;
     assert!(matches!(failed[0], Outcome::Retry { .. }), "{failed:?}");
+    // Nothing new goes out while an attempt is still under way after a failure.
+    let third = sink.submit(&[sample(4, "k")]).await;
+    assert!(!third.open);
+    let refused = Outcome::Retry {
+        after: None,
+        reason: "earlier_delivery_failed".into(),
+    };
+    assert_eq!(third.outcomes.await, vec![refused]);
     cluster.broker_up(1).unwrap();
     let later = second.outcomes.await;
     assert!(matches!(later[0], Outcome::Retry { .. }), "{later:?}");
