@@ -127,7 +127,8 @@ pub async fn redrive(
                         CommitError::AuditBacklog => "audit_backlog",
                         _ => "store_unavailable",
                     });
-                    report.remaining = remaining(trail, sink).await.unwrap_or(0);
+                    // The letter just delivered is kept: at least one remains.
+                    report.remaining = remaining(trail, sink).await.map_or(1, |n| n.max(1));
                     return Ok(report);
                 }
             }

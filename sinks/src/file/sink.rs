@@ -102,8 +102,7 @@ impl Sink for FileSink {
     async fn healthcheck(&self) -> Result<(), SinkError> {
         let path = self.inner.path.clone();
         // Opened (created if missing) but never cut: a write may be under way.
-        let check = move || OpenOptions::new().append(true).create(true).open(&path);
-        tokio::task::spawn_blocking(move || check().map(drop))
+        tokio::task::spawn_blocking(move || create(&path).map(drop))
             .await
             .map_err(|e| SinkError::Unhealthy(format!("healthcheck task failed: {e}")))?
             .map_err(SinkError::Io)
@@ -142,25 +141,32 @@ fn still_at(file: &File, path: &Path) -> io::Result<bool> {
     }
 }
 
-/// Opens `path` for appending, creating it (and its directories, synced so that it survives a
-/// crash) if missing, and cutting off a last line a crash left unfinished.
+/// Opens `path` for appending, creating it if missing (see [`create`]), and cuts off a last
+/// line a crash left unfinished.
 fn open(path: &Path) -> io::Result<File> {
+    let mut file = create(path)?;
+    let cut = cut_unfinished_line(&mut file)?;
+    if cut > 0 {
+        tracing::warn!(path = %path.display(), bytes = cut, "cut off an unfinished last line (a write a crash interrupted; its events are sent again)");
+    }
+    Ok(file)
+}
+
+/// Opens `path` to read and append, creating it (and its directories) if missing; a file it
+/// creates has its directory synced, so that it is still there after a crash.
+fn create(path: &Path) -> io::Result<File> {
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
     if let Some(dir) = dir {
         std::fs::create_dir_all(dir)?;
     }
     let existed = path.try_exists()?;
-    let mut file = OpenOptions::new()
+    let file = OpenOptions::new()
         .read(true)
         .append(true)
         .create(true)
         .open(path)?;
     if !existed {
         File::open(dir.unwrap_or(Path::new(".")))?.sync_all()?;
-    }
-    let cut = cut_unfinished_line(&mut file)?;
-    if cut > 0 {
-        tracing::warn!(path = %path.display(), bytes = cut, "cut off an unfinished last line (a write a crash interrupted; its events are sent again)");
     }
     Ok(file)
 }

@@ -81,7 +81,8 @@ async fn a_new_sink_on_the_same_path_appends() {
 #[tokio::test]
 async fn healthcheck_creates_the_file() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("fresh.jsonl");
+    // In directories that do not exist yet, as the first write would make them.
+    let path = dir.path().join("log/ankusa/fresh.jsonl");
     let (sink, _) = config(&path).build().await.unwrap();
     assert!(!path.exists());
     sink.healthcheck().await.unwrap();
