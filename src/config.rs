@@ -556,7 +556,8 @@ fn valid_token_name(name: &str) -> bool {
 }
 
 /// Whether `path` is `dir` or inside it, however either is written: relative or absolute,
-/// with `.` or `..`, through symlinks (as far as the paths exist).
+/// with `.` or `..` (taken as written, before symlinks), through symlinks (as far as the
+/// paths exist).
 pub fn within(path: &Path, dir: &Path) -> bool {
     resolved(path).starts_with(resolved(dir))
 }

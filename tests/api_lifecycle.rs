@@ -242,9 +242,15 @@ async fn a_disabled_sink_is_enabled_again_by_an_operator() {
     assert_eq!(node.rows().await.len(), 1);
 
     receiver.answer(200);
-    let r = node.call(Method::POST, enable, WRITER, None).await;
+    // Two operators at once: one enables it (one row), the other hears it is not disabled.
+    let (a, b) = tokio::join!(
+        node.call(Method::POST, enable, WRITER, None),
+        node.call(Method::POST, enable, WRITER, None)
+    );
+    let (r, other) = if a.status == 200 { (a, b) } else { (b, a) };
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.json(), json!({"enabled": "hook", "audit_seq": 2}));
+    assert_error(&other, 409, "conflict");
     let s = eventually(&node, "/admin/v1/lifecycle", |s| {
         s["sinks"][0]["position"] == 2
     })

@@ -70,12 +70,7 @@ pub async fn create(
                     "discarding backup {id}, whose row was not written, failed: {undo}"
                 ));
             }
-            Err(match e {
-                CommitError::AuditBacklog => ApiError::AuditBacklog,
-                CommitError::StoreUnavailable | CommitError::Refused(_) => {
-                    ApiError::StoreUnavailable
-                }
-            })
+            Err(ApiError::uncommitted(e, |never| match never {}))
         }
     }
 }

@@ -207,13 +207,21 @@ impl From<SubjectError> for ApiError {
     }
 }
 
-impl From<CommitError<SubjectError>> for ApiError {
-    fn from(e: CommitError<SubjectError>) -> Self {
+impl ApiError {
+    /// The answer to a change that was not committed: its own refusal as `refused` says, the
+    /// store's and the trail's as every change answers them.
+    pub fn uncommitted<E>(e: CommitError<E>, refused: impl FnOnce(E) -> ApiError) -> ApiError {
         match e {
-            CommitError::Refused(e) => e.into(),
+            CommitError::Refused(e) => refused(e),
             CommitError::StoreUnavailable => ApiError::StoreUnavailable,
             CommitError::AuditBacklog => ApiError::AuditBacklog,
         }
+    }
+}
+
+impl From<CommitError<SubjectError>> for ApiError {
+    fn from(e: CommitError<SubjectError>) -> Self {
+        ApiError::uncommitted(e, ApiError::from)
     }
 }
 

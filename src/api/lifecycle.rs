@@ -114,20 +114,17 @@ pub async fn enable(
     ApiPath(sink): ApiPath<String>,
 ) -> Result<Json<Value>, ApiError> {
     let publisher = state.lifecycle.as_deref();
-    let refused = |e: CommitError<EnableRefused>| match e {
-        CommitError::Refused(EnableRefused::NoSuchSink) => unknown_sink(&sink),
-        CommitError::Refused(EnableRefused::NotDisabled) => ApiError::Conflict {
-            code: "conflict",
-            message: format!("lifecycle sink {sink:?} is not disabled"),
-        },
-        CommitError::StoreUnavailable => ApiError::StoreUnavailable,
-        CommitError::AuditBacklog => ApiError::AuditBacklog,
-    };
     let publisher = publisher.ok_or_else(|| unknown_sink(&sink))?;
-    let row = publisher
-        .enable(&state.trail, ctx, &sink)
-        .await
-        .map_err(refused)?;
+    let enabled = publisher.enable(&state.trail, ctx, &sink).await;
+    let row = enabled.map_err(|e| {
+        ApiError::uncommitted(e, |refused| match refused {
+            EnableRefused::NoSuchSink => unknown_sink(&sink),
+            EnableRefused::NotDisabled => ApiError::Conflict {
+                code: "conflict",
+                message: format!("lifecycle sink {sink:?} is not disabled"),
+            },
+        })
+    })?;
     Ok(Json(json!({"enabled": sink, "audit_seq": row})))
 }
 
@@ -147,9 +144,7 @@ fn known_sink(
 }
 
 fn letter_error(e: CommitError<NoSuchLetter>) -> ApiError {
-    match e {
-        CommitError::Refused(NoSuchLetter) => ApiError::NotFound("no such dead letter".into()),
-        CommitError::StoreUnavailable => ApiError::StoreUnavailable,
-        CommitError::AuditBacklog => ApiError::AuditBacklog,
-    }
+    ApiError::uncommitted(e, |NoSuchLetter| {
+        ApiError::NotFound("no such dead letter".into())
+    })
 }

@@ -12,6 +12,7 @@
 //! merging those that settled while the previous one synced: delivery never waits on an fsync.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -80,6 +81,11 @@ pub struct Publisher {
     /// Per sink, how many times an operator enabled it again (its loop waits for a newer
     /// count while disabled).
     enables: Vec<watch::Sender<u64>>,
+    /// Per sink, the count its loop last stopped at (a 410): an enable is for that stop only
+    /// while the count is still there.
+    disabled_at: Vec<Arc<AtomicU64>>,
+    /// One enable at a time, from its check to its count.
+    enabling: tokio::sync::Mutex<()>,
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -111,6 +117,7 @@ impl Publisher {
     ) -> Result<Publisher, StoreError> {
         let mut statuses = Vec::new();
         let mut enables = Vec::new();
+        let mut disabled_at = Vec::new();
         let mut tasks = Vec::new();
         let names = sinks
             .iter()
@@ -126,6 +133,7 @@ impl Publisher {
             };
             let status = status::starting(&spec.name, spec.sink.kind(), position);
             let (enable, enabled) = watch::channel(0);
+            let stopped_at = Arc::new(AtomicU64::new(0));
             let lane = Lane {
                 trail: trail.clone(),
                 spec,
@@ -133,16 +141,20 @@ impl Publisher {
                 status: status.clone(),
                 shutdown: shutdown.clone(),
                 enabled,
+                disabled_at: stopped_at.clone(),
                 position,
             };
             statuses.push(status);
             enables.push(enable);
+            disabled_at.push(stopped_at);
             tasks.push(tokio::spawn(lane.run()));
         }
         Ok(Publisher {
             sinks: names,
             statuses,
             enables,
+            disabled_at,
+            enabling: tokio::sync::Mutex::new(()),
             tasks: std::sync::Mutex::new(tasks),
         })
     }
@@ -161,13 +173,17 @@ impl Publisher {
             .iter()
             .position(|(n, _)| n == name)
             .ok_or(CommitError::Refused(EnableRefused::NoSuchSink))?;
-        let status = self.statuses[index].clone();
+        // Disabled, and not enabled since: a second enable of one stop is refused, and one
+        // cannot outlive its stop to resume the next.
+        let _one = self.enabling.lock().await;
+        let disabled = status::snapshot(&self.statuses[index]).state == SinkState::Disabled;
+        let since = self.disabled_at[index].load(Ordering::SeqCst);
+        if !disabled || *self.enables[index].borrow() != since {
+            return Err(CommitError::Refused(EnableRefused::NotDisabled));
+        }
         let sink = name.to_owned();
         let committed = trail
             .commit(ctx, move |_| {
-                if status::snapshot(&status).state != SinkState::Disabled {
-                    return Err(CommitError::Refused(EnableRefused::NotDisabled));
-                }
                 let change = Change::new("sink.enable", format!("sinks/{sink}"))
                     .detail("sink", sink.clone());
                 Ok((change, ()))
@@ -211,6 +227,8 @@ struct Lane {
     shutdown: CancellationToken,
     /// How many times an operator enabled the sink again (see [`Publisher::enable`]).
     enabled: watch::Receiver<u64>,
+    /// The count of `enabled` when the sink was last disabled.
+    disabled_at: Arc<AtomicU64>,
     /// The last seq delivered (or dead-lettered): the next read starts after it. May be ahead
     /// of the persisted position while a position write is in flight.
     position: u64,
@@ -377,9 +395,11 @@ impl Lane {
                 Some(Stop::Disabled(reason)) => {
                     abandon(&mut in_flight, &mut reading).await;
                     metrics::failed(&self.spec.name, "disabled", false);
-                    // Enables from before this point are not for this stop: marked seen
-                    // before the status shows it disabled (which an enable checks).
-                    self.enabled.borrow_and_update();
+                    // Enables from before this point are not for this stop: marked seen, and
+                    // the count kept, before the status shows it disabled (which an enable
+                    // checks).
+                    let count = *self.enabled.borrow_and_update();
+                    self.disabled_at.store(count, Ordering::SeqCst);
                     status::update(&self.status, |s| {
                         s.state = SinkState::Disabled;
                         s.last_error = Some(reason.clone());
