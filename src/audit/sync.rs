@@ -89,6 +89,20 @@ pub(super) struct Prepared {
     pub refused: u64,
     /// When the writer began preparing it.
     pub started: Instant,
+    /// Whether it must be on disk before its callers hear (everything but retention sweep
+    /// batches, see [`Taken::needs_sync`]).
+    pub sync: bool,
+}
+
+impl Taken {
+    /// Whether its caller may hear only once it is on disk. A sweep batch need not be: lost
+    /// in a crash, its rows (and the counters that count them out, in the same batch) come
+    /// back together and the next sweep deletes them again; and the next synced write makes
+    /// it durable with itself, the WAL being written in order. Not waiting for an fsync of
+    /// its own, the changes that come in while a sweep runs do not wait for one either.
+    pub(super) fn needs_sync(&self) -> bool {
+        !matches!(self, Taken::Sweep { .. })
+    }
 }
 
 /// What became of a prepared group, as the writer hears it.
@@ -142,7 +156,7 @@ impl Syncer {
             // Every change in the group was refused and nothing was pruned: nothing to write.
             Ok(())
         } else {
-            write(&self.store, p.batch)
+            write(&self.store, p.batch, p.sync)
         };
         match written {
             Ok(()) => {
@@ -200,13 +214,13 @@ fn next(groups: &mpsc::Receiver<Prepared>) -> Option<Prepared> {
     groups.recv().ok()
 }
 
-fn write(store: &Store, batch: WriteBatch) -> Result<(), StoreError> {
+fn write(store: &Store, batch: WriteBatch, sync: bool) -> Result<(), StoreError> {
     fail::fail_point!("audit::write", |_| Err(StoreError::Injected(
         "audit::write".into()
     )));
-    // sync = true: the WAL is fsynced before any caller hears "committed", so an
-    // acknowledged change survives kill -9 and power loss.
-    store.write(batch, true)
+    // sync: the WAL is fsynced before any caller hears "committed", so an acknowledged
+    // change survives kill -9 and power loss.
+    store.write(batch, sync)
 }
 
 pub(super) fn abandoned() -> StoreError {

@@ -693,6 +693,7 @@ impl Writer {
         };
         self.tally = tally.clone();
         self.unsynced.push_back(g.overlay);
+        let sync = taken.iter().any(Taken::needs_sync);
         Prepared {
             epoch,
             batch: g.batch,
@@ -703,6 +704,7 @@ impl Writer {
             pruned: g.pruned,
             refused: g.refused,
             started,
+            sync,
         }
     }
 
