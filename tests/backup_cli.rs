@@ -6,7 +6,7 @@
 mod api;
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use ankusa::store::{keys::meta, Store};
@@ -273,12 +273,13 @@ fn collect(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_http_backup_is_recorded_and_its_restore_opens_a_new_incarnation() {
+/// A node backing up into `<tempdir>/b`, with sources `ids` of tenant t1 created; the
+/// tempdir must outlive the node.
+async fn node_with_sources(ids: &[&str]) -> (api::TestNode, tempfile::TempDir, PathBuf) {
     let backups = tempfile::tempdir().unwrap();
     let backup_dir = backups.path().join("b");
     let node = api::TestNode::start_with(|v| v["node"]["backup_dir"] = json!(backup_dir)).await;
-    for id in ["s1", "s2"] {
+    for id in ids {
         let body = json!({"id": id, "kind": "webhook", "secret": "sekrit", "config": {}});
         let r = node
             .call(
@@ -290,6 +291,12 @@ async fn an_http_backup_is_recorded_and_its_restore_opens_a_new_incarnation() {
             .await;
         assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
     }
+    (node, backups, backup_dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_backup_is_recorded_and_its_restore_opens_a_new_incarnation() {
+    let (node, _backups, backup_dir) = node_with_sources(&["s1", "s2"]).await;
     // Scopes, and a body with an unknown field: refused, and nothing written.
     for token in [api::READER, api::AUDITOR] {
         let r = node
@@ -399,19 +406,7 @@ async fn an_http_backup_is_recorded_and_its_restore_opens_a_new_incarnation() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backup_whose_row_cannot_be_written_is_discarded() {
     let scenario = fail::FailScenario::setup();
-    let backups = tempfile::tempdir().unwrap();
-    let backup_dir = backups.path().join("b");
-    let node = api::TestNode::start_with(|v| v["node"]["backup_dir"] = json!(backup_dir)).await;
-    let body = json!({"id": "s1", "kind": "webhook", "secret": "sekrit", "config": {}});
-    let r = node
-        .call(
-            Method::POST,
-            "/admin/v1/tenants/t1/sources",
-            api::ADMIN,
-            Some(body),
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let (node, _backups, backup_dir) = node_with_sources(&["s1"]).await;
     fail::cfg("audit::write", "return").unwrap();
     let r = node
         .send(node.req(Method::POST, "/admin/v1/backups", Some(api::WRITER)))
@@ -440,19 +435,7 @@ async fn a_backup_whose_row_cannot_be_written_is_discarded() {
 /// other: each gets its own id, its own row, and all of them stay in the directory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backups_asked_for_at_once_each_get_their_own_id() {
-    let backups = tempfile::tempdir().unwrap();
-    let backup_dir = backups.path().join("b");
-    let node = api::TestNode::start_with(|v| v["node"]["backup_dir"] = json!(backup_dir)).await;
-    let body = json!({"id": "s1", "kind": "webhook", "secret": "sekrit", "config": {}});
-    let r = node
-        .call(
-            Method::POST,
-            "/admin/v1/tenants/t1/sources",
-            api::ADMIN,
-            Some(body),
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let (node, _backups, backup_dir) = node_with_sources(&["s1"]).await;
 
     let asked =
         (0..3).map(|_| node.send(node.req(Method::POST, "/admin/v1/backups", Some(api::WRITER))));

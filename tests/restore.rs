@@ -316,8 +316,9 @@ async fn two_restores_from_one_backup_open_two_distinct_incarnations() {
     trail.shutdown().await;
 }
 
-#[tokio::test]
-async fn restores_refuse_a_non_empty_path_a_store_in_use_and_a_corrupt_backup() {
+/// A store at `<dir>/store` with source s1, backed up into `<dir>/backups`; its trail still
+/// running.
+async fn backed_up_with_one_source() -> (tempfile::TempDir, PathBuf, PathBuf, Trail) {
     let dir = tempfile::tempdir().unwrap();
     let (path, backups) = (dir.path().join("store"), dir.path().join("backups"));
     let trail = open_trail(&path, true);
@@ -326,6 +327,12 @@ async fn restores_refuse_a_non_empty_path_a_store_in_use_and_a_corrupt_backup() 
         .unwrap()
         .back_up(trail.store(), now())
         .unwrap();
+    (dir, path, backups, trail)
+}
+
+#[tokio::test]
+async fn restores_refuse_a_non_empty_path_a_store_in_use_and_a_corrupt_backup() {
+    let (dir, path, backups, trail) = backed_up_with_one_source().await;
     let attempt = |target: &Path, force: bool| {
         let req = RestoreRequest {
             from: &backups,
@@ -389,14 +396,7 @@ async fn restores_refuse_a_non_empty_path_a_store_in_use_and_a_corrupt_backup() 
 /// left.
 #[tokio::test]
 async fn a_forced_restore_holds_the_replaced_store_until_the_swap() {
-    let dir = tempfile::tempdir().unwrap();
-    let (path, backups) = (dir.path().join("store"), dir.path().join("backups"));
-    let trail = open_trail(&path, true);
-    create_source(&trail, ctx("a"), "s1", "x").await.unwrap();
-    BackupDir::create(&backups)
-        .unwrap()
-        .back_up(trail.store(), now())
-        .unwrap();
+    let (dir, path, backups, trail) = backed_up_with_one_source().await;
     create_source(&trail, ctx("a"), "s2", "x").await.unwrap();
     trail.shutdown().await;
     drop(trail);

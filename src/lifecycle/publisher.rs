@@ -686,11 +686,8 @@ mod tests {
     use crate::lifecycle::dead_letters;
     use crate::store::Store;
 
-    /// Positions handed over faster than they sync are merged, and none of what was handed
-    /// over is lost: the last position and every dead letter reach the store, and the status
-    /// shows the position once it is durable.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn handed_over_positions_all_reach_the_store_in_order() {
+    /// A trail on a fresh store with one sink, `s`, and its status.
+    fn sink_s() -> (tempfile::TempDir, Store, Trail, SharedStatus) {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
         let options = TrailOptions {
@@ -698,7 +695,15 @@ mod tests {
             ..TrailOptions::default()
         };
         let trail = Trail::start(store.clone(), options, Arc::new(SystemClock)).unwrap();
-        let status = status::starting("s", "file", 0);
+        (dir, store, trail, status::starting("s", "file", 0))
+    }
+
+    /// Positions handed over faster than they sync are merged, and none of what was handed
+    /// over is lost: the last position and every dead letter reach the store, and the status
+    /// shows the position once it is durable.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn handed_over_positions_all_reach_the_store_in_order() {
+        let (_dir, store, trail, status) = sink_s();
         #[cfg(feature = "failpoints")]
         let _slow = {
             let scenario = fail::FailScenario::setup();
@@ -724,14 +729,7 @@ mod tests {
     #[cfg(feature = "failpoints")]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_failed_position_write_keeps_its_dead_letters() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
-        let options = TrailOptions {
-            sinks: vec!["s".into()],
-            ..TrailOptions::default()
-        };
-        let trail = Trail::start(store.clone(), options, Arc::new(SystemClock)).unwrap();
-        let status = status::starting("s", "file", 0);
+        let (_dir, store, trail, status) = sink_s();
         let scenario = fail::FailScenario::setup();
         // Every write through the syncer; the first one fails.
         fail::cfg("audit::inline", "return").unwrap();

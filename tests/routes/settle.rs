@@ -123,8 +123,12 @@ async fn a_dropped_pending_is_settled_while_the_node_runs() {
 
 /// A node that stopped with one applied, unfinished update of r1 on `redis`.
 async fn stopped_with_pending(dir: &std::path::Path, url: &str) {
+    stopped_with_pending_on(dir, redis_store(url)).await;
+}
+
+/// A node that stopped with one applied, unfinished update of r1 on `store`.
+async fn stopped_with_pending_on(dir: &std::path::Path, store: Arc<RouteStore>) {
     let trail = open_trail(dir, true);
-    let store = redis_store(url);
     let routes = Routes::new(store.clone(), trail.clone());
     routes
         .create(
@@ -273,18 +277,7 @@ async fn a_change_waits_for_the_settlement_of_its_subject_in_progress() {
     let dir = tempfile::tempdir().unwrap();
     let slow = Arc::new(SlowNextRead::default());
     let store: Arc<RouteStore> = slow.clone();
-    let trail = open_trail(dir.path(), true);
-    Routes::new(store.clone(), trail.clone())
-        .create(
-            ctx("alice"),
-            "t1".into(),
-            new_route("r1", "https://example.test/a"),
-        )
-        .await
-        .unwrap();
-    leave_pending(&trail, &store, "r1", true).await;
-    trail.shutdown().await;
-    drop(trail);
+    stopped_with_pending_on(dir.path(), store.clone()).await;
 
     slow.slow.store(true, Ordering::SeqCst);
     let trail = open_trail(dir.path(), true);
