@@ -621,6 +621,9 @@ fn describe(error: figment::Error, env_name: &str, prefix: &str) -> String {
             let source = match &e.metadata {
                 _ if from_env => None,
                 Some(m) => Some(match &m.source {
+                    // The path as it was given (figment's own text makes it relative to the
+                    // working directory when that is shorter).
+                    Some(figment::Source::File(path)) => path.display().to_string(),
                     Some(source) => source.to_string(),
                     None if m.name.contains("source string") => "the embedded default".into(),
                     None => m.name.to_string(),
