@@ -49,14 +49,22 @@ pub type SubjectKey = (String, String, String);
 pub struct TrailStates {
     /// Rows scanned.
     pub rows: u64,
+    /// Rows that did not decode (a damaged store): whose they were is not known.
+    pub damaged: u64,
     subjects: HashMap<SubjectKey, Known>,
 }
 
 impl TrailStates {
-    /// What the trail says of one subject (taken out: the rest is what the store lacks).
+    /// What the trail says of one subject (taken out: the rest is what the store lacks). In
+    /// a trail with damaged rows, any subject's newest row may be one of them: every subject
+    /// the store holds is then [`Known::Unknown`], and refreshed.
     pub fn take(&mut self, kind: &str, tenant: &str, resource: &str) -> Option<Known> {
         let key = (kind.to_owned(), tenant.to_owned(), resource.to_owned());
-        self.subjects.remove(&key)
+        let known = self.subjects.remove(&key);
+        if self.damaged > 0 {
+            return Some(Known::Unknown);
+        }
+        known
     }
 
     /// Every subject of `kind` not taken yet, as `(tenant, resource, known)`.
@@ -113,25 +121,28 @@ impl TrailStates {
 
 /// Scan the trail from seq `from` (every row below it is pruned) and fold in the rows of
 /// subjects of `kinds`. One pass, one row decoded at a time; only the per-subject states are
-/// kept.
+/// kept. A row that does not decode is logged and counted (`damaged`), not a stop: a refresh
+/// that could never finish would hold the kinds' changes for good.
 pub(crate) fn states(
     store: &Store,
     from: u64,
     kinds: &[String],
 ) -> Result<TrailStates, StoreError> {
     let mut states = TrailStates::default();
-    let mut failure = None;
     store.scan(Cf::Audit, &[keys::ROW], &keys::row_seek(from), |k, v| {
         match decode_row(k, v) {
             Ok(row) => {
                 states.rows += 1;
                 states.note(row, kinds);
             }
-            Err(e) => failure = Some(e),
+            Err(e) => {
+                tracing::error!(error = %e, "a trail row does not decode; every subject is refreshed");
+                states.damaged += 1;
+            }
         }
-        failure.is_none()
+        true
     })?;
-    failure.map_or(Ok(states), Err)
+    Ok(states)
 }
 
 /// One subject's present state, offered for a refresh row.
@@ -260,6 +271,35 @@ mod tests {
             states.note(r, &["route".to_owned()]);
         }
         states.take("route", "t1", "routes/r1")
+    }
+
+    /// A damaged row does not stop the scan; since it may be any subject's newest, every
+    /// subject the store holds is refreshed.
+    #[test]
+    fn a_row_that_does_not_decode_refreshes_every_subject() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut batch = rocksdb::WriteBatch::default();
+        let good = row("route.create", RowResult::Ok, false, Some("h1"));
+        let audit = store.cf(Cf::Audit);
+        batch.put_cf(
+            audit,
+            keys::row_key(1, 1),
+            serde_json::to_vec(&good).unwrap(),
+        );
+        batch.put_cf(audit, keys::row_key(2, 1), b"not json");
+        store.write(batch, true).unwrap();
+
+        let mut states = states(&store, 0, &["route".to_owned()]).unwrap();
+        assert_eq!((states.rows, states.damaged), (1, 1));
+        assert_eq!(
+            states.take("route", "t1", "routes/r1"),
+            Some(Known::Unknown)
+        );
+        assert_eq!(
+            states.take("route", "t1", "routes/r9"),
+            Some(Known::Unknown)
+        );
     }
 
     #[test]
