@@ -226,15 +226,23 @@ fn mark_pending(path: &Path, backup_id: u32, now_ms: u64) -> Result<u64, BackupE
 }
 
 /// Make `tmp` and `target` trade places: in one atomic rename where the file system can,
-/// else in two (`target` aside to `tmp`'s sibling name, then `tmp` in), put back on a failure.
+/// else by [`exchange_by_renames`].
 fn exchange(tmp: &Path, target: &Path) -> Result<(), BackupError> {
     use rustix::fs::{renameat_with, RenameFlags, CWD};
     match renameat_with(CWD, tmp, CWD, target, RenameFlags::EXCHANGE) {
-        Ok(()) => return Ok(()),
-        // Not supported here (the file system, or an old kernel): the two renames below.
-        Err(e) if e == rustix::io::Errno::INVAL || e == rustix::io::Errno::NOSYS => {}
-        Err(e) => return Err(BackupError::io(target, e.into())),
+        Ok(()) => Ok(()),
+        // Not supported here (the file system, or an old kernel).
+        Err(e) if e == rustix::io::Errno::INVAL || e == rustix::io::Errno::NOSYS => {
+            exchange_by_renames(tmp, target)
+        }
+        Err(e) => Err(BackupError::io(target, e.into())),
     }
+}
+
+/// [`exchange`] in three renames: `target` aside (to `tmp`'s name with `.old`), `tmp` into
+/// its place, then the old `target` to `tmp`'s name; `target` is put back if `tmp` cannot go
+/// in. Between the first two, nothing is at `target`.
+fn exchange_by_renames(tmp: &Path, target: &Path) -> Result<(), BackupError> {
     let mut swapped = tmp.as_os_str().to_owned();
     swapped.push(".old");
     let swapped = PathBuf::from(swapped);
@@ -298,4 +306,33 @@ fn swap(
         .and_then(|d| d.sync_all())
         .map_err(|e| BackupError::io(parent, e))?;
     Ok(aside)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both ways of trading two directories leave each with the other's files, and nothing
+    /// else beside them.
+    #[test]
+    fn exchanges_trade_two_directories() {
+        type Trade = fn(&Path, &Path) -> Result<(), BackupError>;
+        for trade in [exchange as Trade, exchange_by_renames] {
+            let dir = tempfile::tempdir().unwrap();
+            let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+            for (path, marker) in [(&a, "from-a"), (&b, "from-b")] {
+                std::fs::create_dir(path).unwrap();
+                std::fs::write(path.join(marker), marker).unwrap();
+            }
+            trade(&a, &b).unwrap();
+            assert!(a.join("from-b").is_file() && b.join("from-a").is_file());
+            assert!(!a.join("from-a").exists() && !b.join("from-b").exists());
+            let mut names: Vec<String> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            assert_eq!(names, ["a", "b"]);
+        }
+    }
 }
