@@ -375,12 +375,37 @@ pub(super) enum Admitted {
 
 impl Writer {
     /// Serve requests until a shutdown request or until every sender is gone.
+    /// The writer thread: serve requests until shut down, then stop the syncer and flush the
+    /// store. The syncer is stopped and joined even when serving panicked, before the panic
+    /// goes on, so that no thread of the trail holds the store once this one has ended.
     fn run(mut self, mut pipe: Pipe) {
+        let served =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.serve(&mut pipe)));
+        let Pipe { groups, syncer, .. } = pipe;
+        drop(groups);
+        if syncer.join().is_err() {
+            tracing::error!("the audit syncer thread panicked");
+        }
+        let stop = match served {
+            Ok(stop) => stop,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        if let Err(e) = self.store.flush() {
+            tracing::warn!(error = %e, "flushing the store at shutdown failed; the WAL has every commit");
+        }
+        if let Some(done) = stop {
+            let _ = done.send(());
+        }
+    }
+
+    /// Take requests into groups and have them written until a shutdown (its caller is
+    /// returned, to hear once the store is flushed) or until every sender is gone.
+    fn serve(&mut self, pipe: &mut Pipe) -> Option<oneshot::Sender<()>> {
         let mut stop: Option<oneshot::Sender<()>> = None;
         let mut open: Option<Open> = None;
         let mut waiting_since: Option<Instant> = None;
         loop {
-            self.hear(&mut pipe, false);
+            self.hear(pipe, false);
             if open.as_ref().is_some_and(|o| o.epoch != pipe.epoch) {
                 // Built on a batch that failed: none of it stands.
                 self.abandon(open.take().expect("checked above"));
@@ -394,7 +419,7 @@ impl Writer {
                 if free || waited || o.taken.len() >= MAX_GROUP {
                     waiting_since = None;
                     let o = open.take().expect("checked above");
-                    if !self.submit(&mut pipe, o) {
+                    if !self.submit(pipe, o) {
                         break;
                     }
                     continue;
@@ -403,7 +428,7 @@ impl Writer {
             // After a shutdown request the channel is closed: what was queued before it
             // is still taken, and then the channel reports that it is disconnected.
             let request = if open.is_none() {
-                match self.next_request(&mut pipe) {
+                match self.next_request(pipe) {
                     Some(req) => req,
                     None => break,
                 }
@@ -415,13 +440,13 @@ impl Writer {
                         // new requests now and then (spinning would take the CPU the
                         // callers need to send them).
                         waiting_since.get_or_insert_with(Instant::now);
-                        self.wait_for_syncer(&mut pipe);
+                        self.wait_for_syncer(pipe);
                         continue;
                     }
                     Err(mpsc::error::TryRecvError::Disconnected) => {
                         // Shut down, or every sender is gone: write what is open, then stop.
                         let o = open.take().expect("checked above");
-                        self.submit(&mut pipe, o);
+                        self.submit(pipe, o);
                         break;
                     }
                 }
@@ -436,20 +461,20 @@ impl Writer {
                     // It reads the store as it is: everything before it goes first and is
                     // written, and it makes a group of its own.
                     if let Some(o) = open.take() {
-                        if !self.submit(&mut pipe, o) {
+                        if !self.submit(pipe, o) {
                             break;
                         }
                     }
-                    self.hear(&mut pipe, true);
-                    let mut o = self.open(&pipe);
+                    self.hear(pipe, true);
+                    let mut o = self.open(pipe);
                     self.add(&mut o, req);
-                    if !self.submit(&mut pipe, o) {
+                    if !self.submit(pipe, o) {
                         break;
                     }
                 }
                 req => {
                     if open.is_none() {
-                        open = Some(self.open(&pipe));
+                        open = Some(self.open(pipe));
                     }
                     self.add(open.as_mut().expect("opened above"), req);
                 }
@@ -458,17 +483,7 @@ impl Writer {
         if let Some(o) = open.take() {
             self.abandon(o);
         }
-        let Pipe { groups, syncer, .. } = pipe;
-        drop(groups);
-        if syncer.join().is_err() {
-            tracing::error!("the audit syncer thread panicked");
-        }
-        if let Err(e) = self.store.flush() {
-            tracing::warn!(error = %e, "flushing the store at shutdown failed; the WAL has every commit");
-        }
-        if let Some(done) = stop {
-            let _ = done.send(());
-        }
+        stop
     }
 
     /// The next request, for a new group. Right after a group is answered, its caller
