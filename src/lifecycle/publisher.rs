@@ -12,7 +12,6 @@
 //! merging those that settled while the previous one synced: delivery never waits on an fsync.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -81,10 +80,7 @@ pub struct Publisher {
     /// Per sink, how many times an operator enabled it again (its loop waits for a newer
     /// count while disabled).
     enables: Vec<watch::Sender<u64>>,
-    /// Per sink, the count its loop last stopped at (a 410): an enable is for that stop only
-    /// while the count is still there.
-    disabled_at: Vec<Arc<AtomicU64>>,
-    /// One enable at a time, from its check to its count.
+    /// One enable at a time, from its check to the status it leaves.
     enabling: tokio::sync::Mutex<()>,
     tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
 }
@@ -117,7 +113,6 @@ impl Publisher {
     ) -> Result<Publisher, StoreError> {
         let mut statuses = Vec::new();
         let mut enables = Vec::new();
-        let mut disabled_at = Vec::new();
         let mut tasks = Vec::new();
         let names = sinks
             .iter()
@@ -133,7 +128,6 @@ impl Publisher {
             };
             let status = status::starting(&spec.name, spec.sink.kind(), position);
             let (enable, enabled) = watch::channel(0);
-            let stopped_at = Arc::new(AtomicU64::new(0));
             let lane = Lane {
                 trail: trail.clone(),
                 spec,
@@ -141,19 +135,16 @@ impl Publisher {
                 status: status.clone(),
                 shutdown: shutdown.clone(),
                 enabled,
-                disabled_at: stopped_at.clone(),
                 position,
             };
             statuses.push(status);
             enables.push(enable);
-            disabled_at.push(stopped_at);
             tasks.push(tokio::spawn(lane.run()));
         }
         Ok(Publisher {
             sinks: names,
             statuses,
             enables,
-            disabled_at,
             enabling: tokio::sync::Mutex::new(()),
             tasks: std::sync::Mutex::new(tasks),
         })
@@ -173,12 +164,12 @@ impl Publisher {
             .iter()
             .position(|(n, _)| n == name)
             .ok_or(CommitError::Refused(EnableRefused::NoSuchSink))?;
-        // Disabled, and not enabled since: a second enable of one stop is refused, and one
-        // cannot outlive its stop to resume the next.
+        // One at a time, and the status leaves `Disabled` with the enable: a second enable of
+        // one stop is refused, and none is sent while the sink is not stopped, so none can
+        // outlive its stop to resume the next.
         let _one = self.enabling.lock().await;
-        let disabled = status::snapshot(&self.statuses[index]).state == SinkState::Disabled;
-        let since = self.disabled_at[index].load(Ordering::SeqCst);
-        if !disabled || *self.enables[index].borrow() != since {
+        let status = &self.statuses[index];
+        if status::snapshot(status).state != SinkState::Disabled {
             return Err(CommitError::Refused(EnableRefused::NotDisabled));
         }
         let sink = name.to_owned();
@@ -190,6 +181,7 @@ impl Publisher {
             })
             .await?;
         self.enables[index].send_modify(|count| *count += 1);
+        status::update(status, |s| s.state = SinkState::Running);
         Ok(committed.seq)
     }
 
@@ -227,8 +219,6 @@ struct Lane {
     shutdown: CancellationToken,
     /// How many times an operator enabled the sink again (see [`Publisher::enable`]).
     enabled: watch::Receiver<u64>,
-    /// The count of `enabled` when the sink was last disabled.
-    disabled_at: Arc<AtomicU64>,
     /// The last seq delivered (or dead-lettered): the next read starts after it. May be ahead
     /// of the persisted position while a position write is in flight.
     position: u64,
@@ -395,11 +385,7 @@ impl Lane {
                 Some(Stop::Disabled(reason)) => {
                     abandon(&mut in_flight, &mut reading).await;
                     metrics::failed(&self.spec.name, "disabled", false);
-                    // Enables from before this point are not for this stop: marked seen, and
-                    // the count kept, before the status shows it disabled (which an enable
-                    // checks).
-                    let count = *self.enabled.borrow_and_update();
-                    self.disabled_at.store(count, Ordering::SeqCst);
+                    // An enable is sent only while the status shows the sink disabled.
                     status::update(&self.status, |s| {
                         s.state = SinkState::Disabled;
                         s.last_error = Some(reason.clone());
