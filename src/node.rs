@@ -18,6 +18,9 @@ use crate::subjects::remote::refresh::{self, RefreshOptions, Refreshable};
 use crate::subjects::routes;
 use crate::subjects::sources_remote::RemoteSources;
 
+/// How long a stopping node waits for the last readers of its store to let go.
+const STORE_CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Run the node with `config` until `shutdown` resolves.
 pub async fn run(
     config: Config,
@@ -44,16 +47,20 @@ pub async fn serve(
         limits: config.audit.limits(),
         ..TrailOptions::default()
     };
-    let trail = tokio::task::spawn_blocking(move || -> anyhow::Result<Trail> {
+    let (trail, closing) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
         std::fs::create_dir_all(&data_dir)
             .with_context(|| format!("creating node.data_dir {}", data_dir.display()))?;
         let store = Store::open(&data_dir)
             .with_context(|| format!("opening the store at {}", data_dir.display()))?;
-        Ok(Trail::start(store, options, Arc::new(SystemClock))?)
+        let closing = store.closing();
+        Ok((
+            Trail::start(store, options, Arc::new(SystemClock))?,
+            closing,
+        ))
     })
     .await??;
     let stop_publisher = CancellationToken::new();
-    crate::audit::retention::spawn(trail.clone(), stop_publisher.clone());
+    let retention = crate::audit::retention::spawn(trail.clone(), stop_publisher.clone());
     // Routes live in the route store; pending rows of their dual writes (left by a crash, or
     // dropped by a caller) are settled by reading the route back, while the node serves.
     let route_store = routes::open(&config.routes).context("opening the route store")?;
@@ -131,8 +138,23 @@ pub async fn serve(
     if let Some(refreshing) = refreshing {
         let _ = refreshing.await;
     }
+    let _ = retention.await;
     trail.shutdown().await;
-    tracing::info!("store closed");
+    drop(trail);
+    // The last clones of the store go with the HTTP connections' tasks, which end just after
+    // `axum::serve` returns, and with reads still on the blocking pool. Waiting for them means
+    // that once this returns, the store's lock is free for whoever opens it next.
+    if tokio::time::timeout(STORE_CLOSE_WAIT, closing.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            waited = ?STORE_CLOSE_WAIT,
+            "the store is still open in this process; it closes when its last reader ends"
+        );
+    } else {
+        tracing::info!("store closed");
+    }
     served.context("serving HTTP")?;
     if writer_died {
         anyhow::bail!("the audit writer stopped while the node served (see the log above); every change since was refused");

@@ -291,7 +291,7 @@ async fn a_writer_that_died_is_not_ready_and_the_node_does_not_stop_cleanly() {
     let ready = reqwest::get(node.url("/readyz")).await.unwrap();
     assert_eq!(ready.status(), 200);
 
-    fail::cfg("audit::inline", "panic").unwrap();
+    fail::cfg("audit::submit", "panic").unwrap();
     let source = json!({"id": "s1", "kind": "webhook", "config": {}});
     let sources = "/admin/v1/tenants/t1/sources";
     let r = node
@@ -303,7 +303,7 @@ async fn a_writer_that_died_is_not_ready_and_the_node_does_not_stop_cleanly() {
         )
         .await;
     api::assert_error(&r, 503, "store_unavailable");
-    fail::remove("audit::inline");
+    fail::remove("audit::submit");
     let r = node
         .call(reqwest::Method::POST, sources, api::ADMIN, Some(source))
         .await;

@@ -524,6 +524,8 @@ impl Writer {
     /// written here would hold up the preparing of the requests that arrive meanwhile).
     /// `false`: the syncer is gone.
     fn submit(&mut self, pipe: &mut Pipe, o: Open) -> bool {
+        // Every group passes here on the writer thread, however it is written.
+        fail::fail_point!("audit::submit");
         let here = o.taken.len() <= INLINE_MAX
             && pipe.inflight.is_empty()
             && self.rx.is_empty()

@@ -241,7 +241,7 @@ impl BackupDir {
         scratch: &Path,
         now_ms: u64,
     ) -> Result<BackupInfo, BackupError> {
-        Checkpoint::new(&*store.db)
+        Checkpoint::new(&store.db.db)
             .and_then(|c| c.create_checkpoint(scratch))
             .map_err(|e| BackupError::rocks("taking a checkpoint of the store", e))?;
         let snapshot = Store::open(scratch)?;
@@ -249,7 +249,7 @@ impl BackupDir {
         let before = self.list().last().map_or(0, |b| b.id);
         // Flushed first, so the backup holds table files only and restores without a WAL.
         self.engine
-            .create_new_backup_flush(&*snapshot.db, true)
+            .create_new_backup_flush(&snapshot.db.db, true)
             .map_err(|e| BackupError::rocks("writing the backup", e))?;
         drop(snapshot);
         let id = self

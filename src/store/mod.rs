@@ -82,11 +82,49 @@ pub enum StoreError {
 /// A key and its value.
 pub type Entry = (Vec<u8>, Vec<u8>);
 
-/// A handle on the node's RocksDB. Cheap to clone; every clone shares one `DB`.
+/// A handle on the node's RocksDB. Cheap to clone; every clone shares one `DB`, which is
+/// closed (and its lock released) when the last clone is dropped.
 #[derive(Clone)]
 pub struct Store {
-    db: Arc<DB>,
+    db: Arc<Open>,
     path: PathBuf,
+}
+
+/// The open database and the signal of its closing. Fields drop in order: the `DB` is
+/// closed first, then `closed` is dropped, which wakes every [`Closing::wait`].
+struct Open {
+    db: DB,
+    closed: tokio::sync::watch::Sender<()>,
+}
+
+impl Open {
+    fn new(db: DB) -> Arc<Open> {
+        Arc::new(Open {
+            db,
+            closed: tokio::sync::watch::Sender::new(()),
+        })
+    }
+}
+
+impl std::ops::Deref for Open {
+    type Target = DB;
+
+    fn deref(&self) -> &DB {
+        &self.db
+    }
+}
+
+/// Tells when a store has been closed: every clone of its [`Store`] dropped, RocksDB shut
+/// down and its lock released. Holds no reference to the store itself.
+pub struct Closing(tokio::sync::watch::Receiver<()>);
+
+impl Closing {
+    /// Resolve once the store is closed (at once if it already is).
+    pub async fn wait(mut self) {
+        // Nothing is ever sent: `changed` only returns, with an error, when the sender is
+        // dropped with the database.
+        let _ = self.0.changed().await;
+    }
 }
 
 impl std::fmt::Debug for Store {
@@ -104,7 +142,7 @@ impl Store {
         opts.create_missing_column_families(true);
         let db = DB::open_cf_descriptors(&opts, path, cf_descriptors())?;
         Ok(Store {
-            db: Arc::new(db),
+            db: Open::new(db),
             path: path.to_owned(),
         })
     }
@@ -120,7 +158,7 @@ impl Store {
         let names: Vec<&str> = Cf::ALL.iter().map(|cf| cf.name()).collect();
         let db = DB::open_cf_as_secondary(&opts, primary, scratch, names)?;
         Ok(Store {
-            db: Arc::new(db),
+            db: Open::new(db),
             path: primary.to_owned(),
         })
     }
@@ -128,6 +166,11 @@ impl Store {
     /// Replay the primary's newest WAL and manifest into this secondary instance.
     pub fn catch_up(&self) -> Result<(), StoreError> {
         Ok(self.db.try_catch_up_with_primary()?)
+    }
+
+    /// A handle that resolves once this store is closed (the last clone dropped).
+    pub fn closing(&self) -> Closing {
+        Closing(self.db.closed.subscribe())
     }
 
     /// The directory the store lives in.
@@ -405,6 +448,30 @@ mod tests {
         assert_eq!(prefix_upper_bound(b"m:"), Some(b"m;".to_vec()));
         assert_eq!(prefix_upper_bound(&[1, 0xff]), Some(vec![2]));
         assert_eq!(prefix_upper_bound(&[0xff]), None);
+    }
+
+    #[tokio::test]
+    async fn closing_resolves_once_the_last_clone_is_dropped_and_the_lock_is_free() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let reader = store.clone();
+        let closing = store.closing();
+        let mut waiting = tokio::spawn(closing.wait());
+        drop(store);
+        let early = tokio::time::timeout(std::time::Duration::from_millis(50), &mut waiting).await;
+        assert!(early.is_err(), "resolved while a clone was still open");
+        assert!(
+            Store::open(dir.path()).is_err(),
+            "the lock was free too soon"
+        );
+        std::thread::spawn(move || drop(reader)).join().unwrap();
+        waiting.await.unwrap();
+        Store::open(dir.path()).expect("the lock is free once closing resolved");
+        // A store already closed resolves at once.
+        let store = Store::open(dir.path()).unwrap();
+        let closing = store.closing();
+        drop(store);
+        closing.wait().await;
     }
 
     #[test]
