@@ -104,7 +104,19 @@ pub(crate) fn unreadable(id: u64, why: &str, last: bool) {
     }
 }
 
-/// Pending row `id` could not be read or settled now; the next boot settles it.
-pub(crate) fn settle_failed(id: Option<u64>, error: &dyn std::fmt::Display) {
-    tracing::error!(target: "ankusa::audit", pending = id, error = %error, "settling pending rows failed; they are settled at the next boot");
+/// Pending row `id` (or the scan for them) could not be read or settled now: it is tried
+/// again after `retry`, or (`None`) left for the next boot.
+pub(crate) fn settle_failed(
+    id: Option<u64>,
+    error: &dyn std::fmt::Display,
+    retry: Option<std::time::Duration>,
+) {
+    match retry {
+        Some(after) => {
+            tracing::warn!(target: "ankusa::audit", pending = id, error = %error, retry_in = ?after, "settling a pending row failed; trying again")
+        }
+        None => {
+            tracing::error!(target: "ankusa::audit", pending = id, error = %error, "settling pending rows failed; they are settled at the next boot")
+        }
+    }
 }

@@ -6,7 +6,8 @@
 //! [`Reconcile`] reads its present state, and the writer compares its hash with the row's
 //! (see `pending.rs`). A store that cannot be read (Redis down, or not yet loaded at boot) is
 //! retried every `interval` for `window`, then the row settles `interrupted`. A subject with no
-//! reconciler settles `interrupted` at once. The subject is held still on this node
+//! reconciler settles `interrupted` at once. A settlement the trail's store refused is tried
+//! again, backing off, while the writer runs. The subject is held still on this node
 //! ([`Reconcile::hold`]) from each read to the row settled with what it read: a change of it
 //! landing in between would take the earlier seq, and the row, and its event, would then put
 //! the older state last.
@@ -127,8 +128,8 @@ impl Trail {
     }
 
     /// Resolves once settlement has been through every pending row an earlier run left (at
-    /// once when there was none): each is settled, or left for the next boot because its row
-    /// could not be read or written. Waits for [`Trail::start_settlement`].
+    /// once when there was none): each is settled, or left for the next boot because it does
+    /// not decode or the writer stopped. Waits for [`Trail::start_settlement`].
     pub async fn boot_settled(&self) {
         let mut settled = self.dual.boot_settled.subscribe();
         // The sender lives in the trail: it cannot close while `self` does.
@@ -168,7 +169,7 @@ impl Settler {
                     left.spawn(self.one(id, false));
                 }
             }
-            Err(e) => dual_events::settle_failed(None, &e),
+            Err(e) => dual_events::settle_failed(None, &e, None),
         }
         let boot_settled = &self.trail.dual.boot_settled;
         if left.is_empty() {
@@ -194,7 +195,10 @@ impl Settler {
     }
 
     /// Settle pending row `id`; `dropped`: its caller just went away, and a write it had in
-    /// flight gets one interval to land before the subject is read.
+    /// flight gets one interval to land before the subject is read. A row that cannot be read
+    /// or written now (a batch the store refused) is tried again, backing off from the
+    /// interval to [`RETRY_MAX`], while the writer takes changes; a row that does not decode
+    /// is left for the next boot, which reports it again.
     fn one(
         &self,
         id: u64,
@@ -206,37 +210,57 @@ impl Settler {
             if dropped {
                 tokio::time::sleep(options.interval).await;
             }
-            let store = trail.store.clone();
-            let key = keys::pending_key(id);
-            let row = tokio::task::spawn_blocking(move || {
-                store
-                    .get(Cf::Audit, &key)?
-                    .map(|v| pending::decode_pending(&key, &v))
-                    .transpose()
-            })
-            .await
-            .unwrap_or_else(|e| Err(StoreError::Unavailable(e.to_string())));
-            let (presence, _held) = match row {
-                Ok(None) => return, // finished meanwhile
-                Ok(Some(row)) => {
-                    let reconciler = row.kind.as_ref().and_then(|k| reconcilers.get(k));
-                    match (reconciler, &row.locator) {
-                        (Some(r), Some(locator)) => read(r.as_ref(), locator, options, id).await,
-                        _ => (Presence::Unreconciled, None),
-                    }
-                }
-                Err(e) => {
-                    dual_events::settle_failed(Some(id), &e);
+            let mut backoff = options.interval;
+            loop {
+                let e = match settle_one(&trail, &reconcilers, options, id).await {
+                    Ok(()) => return,
+                    Err(e) => e,
+                };
+                let again = !matches!(e, StoreError::Corrupt { .. }) && trail.is_taking_changes();
+                dual_events::settle_failed(Some(id), &e, again.then_some(backoff));
+                if !again {
                     return;
                 }
-            };
-            match trail.settle(id, presence).await {
-                Ok(Some(s)) => dual_events::reconciled(id, &s),
-                Ok(None) => {}
-                Err(e) => dual_events::settle_failed(Some(id), &e),
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(RETRY_MAX);
             }
         }
     }
+}
+
+/// The longest wait between two attempts at a pending row the store would not read or write.
+const RETRY_MAX: Duration = Duration::from_secs(60);
+
+/// One attempt at pending row `id`: read it, read its subject, write what it came to. `Ok`
+/// also when the row is gone (finished meanwhile).
+async fn settle_one(
+    trail: &Trail,
+    reconcilers: &Reconcilers,
+    options: SettleOptions,
+    id: u64,
+) -> Result<(), StoreError> {
+    let store = trail.store.clone();
+    let key = keys::pending_key(id);
+    let row = tokio::task::spawn_blocking(move || {
+        store
+            .get(Cf::Audit, &key)?
+            .map(|v| pending::decode_pending(&key, &v))
+            .transpose()
+    })
+    .await
+    .unwrap_or_else(|e| Err(StoreError::Unavailable(e.to_string())))?;
+    let Some(row) = row else {
+        return Ok(());
+    };
+    let reconciler = row.kind.as_ref().and_then(|k| reconcilers.get(k));
+    let (presence, _held) = match (reconciler, &row.locator) {
+        (Some(r), Some(locator)) => read(r.as_ref(), locator, options, id).await,
+        _ => (Presence::Unreconciled, None),
+    };
+    if let Some(s) = trail.settle(id, presence).await? {
+        dual_events::reconciled(id, &s);
+    }
+    Ok(())
 }
 
 /// The present state of the subject at `locator`, retried every interval for the window;

@@ -142,6 +142,34 @@ async fn stopped_with_pending_on(dir: &std::path::Path, store: Arc<RouteStore>) 
     trail.shutdown().await;
 }
 
+/// A settlement the store refused to write is not left for the next boot: it is tried again
+/// and lands, once, with what the subject holds.
+#[cfg(feature = "failpoints")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settlement_the_store_refused_is_tried_again() {
+    let scenario = fail::FailScenario::setup();
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<RouteStore> = Arc::new(MemoryStore::<Route>::default());
+    stopped_with_pending_on(dir.path(), store.clone()).await;
+    let trail = open_trail(dir.path(), true);
+    // The next batch, the settlement's, is refused.
+    fail::cfg("audit::write", "1*return").unwrap();
+    let settling = settling(
+        &trail,
+        store,
+        Duration::from_millis(100),
+        Duration::from_secs(10),
+    );
+    wait_settled(trail.store(), Duration::from_secs(10)).await;
+    let rows = route_rows(trail.store(), "r1");
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(rows[1].result, RowResult::Ok);
+    assert!(rows[1].publish && !rows[1].refresh);
+    settling.stop().await;
+    trail.shutdown().await;
+    scenario.teardown();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_down_at_boot_for_five_seconds_settles_once_it_is_back() {
     let mut redis = RedisServer::start();
