@@ -562,6 +562,16 @@ pub fn within(path: &Path, dir: &Path) -> bool {
     resolved(path).starts_with(resolved(dir))
 }
 
+/// `path` relative to `dir` when it is inside it (as [`within`] decides) and not `dir`
+/// itself, else `None`.
+pub fn relative_within(path: &Path, dir: &Path) -> Option<PathBuf> {
+    resolved(path)
+        .strip_prefix(resolved(dir))
+        .ok()
+        .filter(|rel| !rel.as_os_str().is_empty())
+        .map(Path::to_owned)
+}
+
 /// `path` made absolute, `.` and `..` taken out as written, then its deepest existing
 /// ancestor resolved (symlinks).
 fn resolved(path: &Path) -> PathBuf {

@@ -153,10 +153,33 @@ async fn create_list_and_restore_a_stopped_store() {
     assert!(restored.meta(meta::INCARNATION_PENDING).unwrap().is_some());
     drop(restored);
 
-    // Over the stopped store with --force: the newest backup; the old store moved aside.
+    // Over the stopped store with --force: the newest backup; the old store moved aside. The
+    // node's files in it stay: the admin token's digest and the events of a file sink that
+    // writes inside it (not those of one that writes elsewhere).
     std::fs::write(store.join(ankusa::api::auth::ADMIN_TOKEN_FILE), "digest\n").unwrap();
+    let (events, outside) = (
+        store.join("events/lifecycle.jsonl"),
+        dir.path().join("out.jsonl"),
+    );
+    std::fs::create_dir(store.join("events")).unwrap();
+    std::fs::write(&events, "{\"id\":\"e1\"}\n").unwrap();
+    std::fs::write(&outside, "{\"id\":\"e2\"}\n").unwrap();
+    let config = dir.path().join("node.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[lifecycle]\nsinks = [\"inside\", \"outside\"]\n\
+             [lifecycle.sink.inside]\nkind = \"file\"\npath = {:?}\n\
+             [lifecycle.sink.outside]\nkind = \"file\"\npath = {:?}\n",
+            s(&events),
+            s(&outside)
+        ),
+    )
+    .unwrap();
     changes(&store, 5, 1).await;
     let out = ok(&ankusa(&[
+        "--config",
+        s(&config),
         "backup",
         "restore",
         "--from",
@@ -185,6 +208,28 @@ async fn create_list_and_restore_a_stopped_store() {
         "digest\n",
         "the admin token's digest is carried over"
     );
+    assert_eq!(
+        std::fs::read_to_string(&events).unwrap(),
+        "{\"id\":\"e1\"}\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&outside).unwrap(),
+        "{\"id\":\"e2\"}\n"
+    );
+    let kept: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("kept in the restored store: "))
+        .collect();
+    assert_eq!(
+        kept,
+        ["admin-token.sha256", "events/lifecycle.jsonl"],
+        "{out}"
+    );
+    // Moved, not copied: the replaced store keeps only its own files.
+    let aside = Path::new(aside);
+    assert!(!aside.join(ankusa::api::auth::ADMIN_TOKEN_FILE).exists());
+    assert!(!aside.join("events/lifecycle.jsonl").exists());
+    assert!(aside.join("CURRENT").is_file());
 }
 
 #[tokio::test]

@@ -8,7 +8,7 @@
 //! in what it restored, so that the next start opens a new incarnation.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
@@ -74,7 +74,7 @@ pub fn run(config: &Config, command: BackupCommand, out: &mut dyn Write) -> anyh
     match command {
         BackupCommand::Create(args) => create(config, args, out),
         BackupCommand::List(args) => list(args, out),
-        BackupCommand::Restore(args) => restore_cmd(args, out),
+        BackupCommand::Restore(args) => restore_cmd(config, args, out),
     }
 }
 
@@ -159,15 +159,14 @@ fn print_backup(out: &mut dyn Write, b: &BackupInfo) -> std::io::Result<()> {
     )
 }
 
-fn restore_cmd(args: RestoreArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+fn restore_cmd(config: &Config, args: RestoreArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let carry = node_files(config, &args.store);
     let request = RestoreRequest {
         from: &args.from,
         id: args.id,
         target: &args.store,
         force: args.force,
-        // The admin token's digest lives beside the store but is the node's, not the
-        // store's: a replaced store's stays, so the token keeps working.
-        carry: &[ADMIN_TOKEN_FILE],
+        carry: &carry,
     };
     let progress = Progress::start("restoring");
     let done = restore(&request, SystemClock.now_ms(), &|stage| progress.set(stage));
@@ -186,8 +185,32 @@ fn restore_cmd(args: RestoreArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             "the store that was there is now at {}: delete it when you no longer need it",
             aside.display()
         )?;
+        for name in &restored.carried {
+            writeln!(out, "kept in the restored store: {}", name.display())?;
+        }
     }
     Ok(())
+}
+
+/// The files inside the store directory `store` that are the node's, not the store's, and
+/// so stay when a restore replaces the store: the admin token's digest (so the token keeps
+/// working) and the events of the configured file sinks that write inside it (so the file
+/// goes on, the restored rows appended again with their ids, as every sink gets them).
+fn node_files(config: &Config, store: &Path) -> Vec<PathBuf> {
+    let mut files = vec![PathBuf::from(ADMIN_TOKEN_FILE)];
+    files.extend(
+        config
+            .lifecycle
+            .sink
+            .values()
+            .filter_map(|sink| match sink {
+                ankusa_sinks::SinkConfig::File(file) => {
+                    crate::config::relative_within(&file.path, store)
+                }
+                _ => None,
+            }),
+    );
+    files
 }
 
 /// `1536` -> `1.5 KiB`.

@@ -52,9 +52,10 @@ pub struct RestoreRequest<'a> {
     pub target: &'a Path,
     /// Replace a store already at `target` (moved aside).
     pub force: bool,
-    /// Files of a replaced store that are not the store's but the node's (such as the admin
-    /// token's digest), copied into the restored directory.
-    pub carry: &'a [&'a str],
+    /// Files of a replaced store that are not the store's but the node's (the admin token's
+    /// digest, a file sink's events), relative to `target`: moved into the restored
+    /// directory (linked into it before the swap, then unlinked from the replaced store).
+    pub carry: &'a [PathBuf],
 }
 
 /// What a restore did.
@@ -66,6 +67,8 @@ pub struct Restored {
     pub audit_seq: u64,
     /// Where the replaced store was moved, if one was.
     pub replaced: Option<PathBuf>,
+    /// The files of `carry` that were there and now are in the restored directory.
+    pub carried: Vec<PathBuf>,
 }
 
 /// What is at the target now.
@@ -131,9 +134,9 @@ pub fn restore(
     drop(dir);
     let prepared = copied
         .and_then(|()| mark_pending(&tmp, backup.id, now_ms))
-        .and_then(|seq| carry(req.target, &tmp, req.carry).map(|()| seq));
-    let audit_seq = match prepared {
-        Ok(seq) => seq,
+        .and_then(|seq| Ok((seq, carry(req.target, &tmp, req.carry)?)));
+    let (audit_seq, carried) = match prepared {
+        Ok(done) => done,
         Err(e) => {
             let _ = remove_dir_if_present(&tmp);
             return Err(e);
@@ -142,11 +145,24 @@ pub fn restore(
     stage("moving the restored store into place");
     // The replaced store's lock is let go only once it is aside.
     match swap(&tmp, req.target, &target, now_ms) {
-        Ok(replaced) => Ok(Restored {
-            id: backup.id,
-            audit_seq,
-            replaced,
-        }),
+        Ok(replaced) => {
+            // Carried files live on in the restored directory only: the replaced store
+            // keeps what is its own.
+            for name in replaced
+                .iter()
+                .flat_map(|aside| carried.iter().map(|n| aside.join(n)))
+            {
+                if let Err(e) = std::fs::remove_file(&name) {
+                    tracing::warn!(file = %name.display(), error = %e, "a file carried into the restored store is also left beside the replaced one");
+                }
+            }
+            Ok(Restored {
+                id: backup.id,
+                audit_seq,
+                replaced,
+                carried,
+            })
+        }
         Err(e) => {
             let _ = remove_dir_if_present(&tmp);
             Err(e)
@@ -254,14 +270,33 @@ fn exchange_by_renames(tmp: &Path, target: &Path) -> Result<(), BackupError> {
     std::fs::rename(&swapped, tmp).map_err(|e| BackupError::io(&swapped, e))
 }
 
-fn carry(from: &Path, to: &Path, names: &[&str]) -> Result<(), BackupError> {
+/// Put the files `names` (relative paths) of the store at `from` into `to`: hard links where
+/// the file system allows (a file sink's events may be large), copies otherwise; durable,
+/// with the directories made for them. Returns the names that were there.
+fn carry(from: &Path, to: &Path, names: &[PathBuf]) -> Result<Vec<PathBuf>, BackupError> {
+    let mut carried = Vec::new();
     for name in names {
         let source = from.join(name);
-        if source.is_file() {
-            std::fs::copy(&source, to.join(name)).map_err(|e| BackupError::io(&source, e))?;
+        if !source.is_file() {
+            continue;
         }
+        let dest = to.join(name);
+        let dir = dest.parent().unwrap_or(to);
+        std::fs::create_dir_all(dir).map_err(|e| BackupError::io(dir, e))?;
+        if std::fs::hard_link(&source, &dest).is_err() {
+            std::fs::copy(&source, &dest)
+                .and_then(|_| std::fs::File::open(&dest)?.sync_all())
+                .map_err(|e| BackupError::io(&source, e))?;
+        }
+        // The new entries, and any directory made for them, down from `to`.
+        for d in dir.ancestors().take_while(|d| d.starts_with(to)) {
+            std::fs::File::open(d)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| BackupError::io(d, e))?;
+        }
+        carried.push(name.clone());
     }
-    Ok(())
+    Ok(carried)
 }
 
 /// Put `tmp` at `target`, moving what is there aside (a store) or away (an empty directory);
