@@ -22,6 +22,7 @@ use serde_json::json;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::status::{self, SharedStatus, SinkState, SinkStatus};
 use super::{event, metrics, outbox};
@@ -136,6 +137,7 @@ impl Publisher {
                 shutdown: shutdown.clone(),
                 enabled,
                 position,
+                readers: TaskTracker::new(),
             };
             statuses.push(status);
             enables.push(enable);
@@ -222,6 +224,8 @@ struct Lane {
     /// The last seq delivered (or dead-lettered): the next read starts after it. May be ahead
     /// of the persisted position while a position write is in flight.
     position: u64,
+    /// The outbox readers started (each on the blocking pool), awaited when the lane ends.
+    readers: TaskTracker,
 }
 
 /// What stopped a batch short.
@@ -408,6 +412,10 @@ impl Lane {
             }
         }
         abandon(&mut in_flight, &mut reading).await;
+        // Readers left behind end at their next page (nobody takes it); once they have, the
+        // lane holds the store no longer.
+        self.readers.close();
+        self.readers.wait().await;
         persister.finish().await;
         status::update(&self.status, |s| {
             if s.state != SinkState::Disabled {
@@ -466,7 +474,7 @@ impl Lane {
         let limit = self.options.batch;
         let committed = self.trail.committed();
         let (pages, taken) = mpsc::channel(READ_AHEAD);
-        drop(tokio::task::spawn_blocking(move || {
+        drop(self.readers.spawn_blocking(move || {
             let mut after = after;
             loop {
                 // Read before the outbox: every row up to it is already in the store.
