@@ -145,10 +145,12 @@ async fn broken_bodies_are_refused_with_the_field_named() {
 async fn oversize_bodies_are_413() {
     let node = node().await;
     let big = json!({"id": "s1", "kind": "k", "config": {"blob": "x".repeat(LIMIT)}});
-    let r = node.call(Method::POST, SOURCES, ADMIN, Some(big)).await;
+    let r = node
+        .send(node.oversized(Method::POST, SOURCES, big.to_string()))
+        .await;
     assert_error(&r, 413, "too_large");
     let huge = "y".repeat(4 << 20);
-    let r = node.send(raw(&node, &huge)).await;
+    let r = node.send(node.oversized(Method::POST, SOURCES, huge)).await;
     assert_error(&r, 413, "too_large");
     // Just under the limit is read (and then judged on its content).
     let fits = json!({"id": "s1", "kind": "k", "config": {"blob": "x".repeat(LIMIT - 100)}});

@@ -322,13 +322,12 @@ async fn turned_off_with_a_sink_listed_the_outbox_still_reaches_it() {
     let s = eventually(&node, "/admin/v1/lifecycle", |s| s["cursor"] == 3).await;
     assert_eq!(s["backlog"], 0);
     assert_eq!(s["sinks"][0]["position"], 3);
-    // Two subjects, two keys: sent concurrently, so in either order.
+    // Two subjects, two keys: sent concurrently, so in either order; and at least once (the
+    // receiver may have turned to 200 between the two requests of one attempt, and the
+    // attempt is resent from the event that failed).
     let mut delivered = receiver.sequences();
     delivered.sort_unstable();
-    assert_eq!(
-        delivered,
-        vec![1, 2],
-        "the events already in the outbox, once"
-    );
+    delivered.dedup();
+    assert_eq!(delivered, vec![1, 2], "the events already in the outbox");
     node.stop().await;
 }

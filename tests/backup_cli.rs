@@ -360,7 +360,7 @@ async fn an_http_backup_is_recorded_and_its_restore_opens_a_new_incarnation() {
     api::assert_error(&r, 422, "invalid_input");
     let huge = json!({"padding": "x".repeat(2 << 20)});
     let r = node
-        .call(Method::POST, "/admin/v1/backups", api::WRITER, Some(huge))
+        .send(node.oversized(Method::POST, "/admin/v1/backups", huge.to_string()))
         .await;
     api::assert_error(&r, 413, "too_large");
     assert!(!backup_dir.exists(), "no backup made");

@@ -41,17 +41,23 @@ fn kill_9_leaves_both_or_neither_and_every_acknowledged_commit() {
                 }
             }
         });
-        // Wait until it commits, then let it run a random while before the kill.
+        // Wait until it is ready, then let it run a random while before the kill.
         let first = lines
             .recv_timeout(Duration::from_secs(30))
             .expect("crashtest started");
         assert_eq!(first, "ready");
+        // The first round waits for a commit (its fsync may be slow on a loaded machine), so
+        // that the store holds something before the first kill.
+        if round == 0 {
+            let line = lines
+                .recv_timeout(Duration::from_secs(30))
+                .expect("a first commit");
+            record(&mut acked, &line);
+        }
         let deadline = Instant::now() + Duration::from_millis(rng.random_range(20..300));
-        let mut this_round = 0;
         while Instant::now() < deadline {
             if let Ok(line) = lines.recv_timeout(Duration::from_millis(5)) {
                 record(&mut acked, &line);
-                this_round += 1;
             }
         }
         child.kill().expect("SIGKILL");
@@ -60,9 +66,7 @@ fn kill_9_leaves_both_or_neither_and_every_acknowledged_commit() {
         // Lines printed before the kill that were still in the pipe were acknowledged too.
         for line in lines.try_iter() {
             record(&mut acked, &line);
-            this_round += 1;
         }
-        assert!(this_round > 0 || round > 0, "the program committed nothing");
         check_store(dir.path(), &acked);
     }
     assert!(

@@ -62,11 +62,68 @@ where
         .collect()
 }
 
-/// Holds the next group handed to the syncer for a while, and has every group handed over
-/// (none written on the writer thread), so that the next group is prepared while it waits.
-fn hold_the_syncer() {
+/// The syncer, held on the next group handed to it until released (or until this is
+/// dropped); every group is handed over (none written on the writer thread), so the test
+/// can have the next group prepared while the first waits.
+struct HeldSyncer {
+    reached: Option<tokio::sync::oneshot::Receiver<()>>,
+    _release: std::sync::mpsc::Sender<()>,
+}
+
+impl HeldSyncer {
+    /// Wait until the syncer holds a group.
+    async fn reached(&mut self) {
+        let reached = self.reached.take().expect("reached once");
+        tokio::time::timeout(std::time::Duration::from_secs(30), reached)
+            .await
+            .expect("a group reached the syncer")
+            .unwrap();
+    }
+
+    /// Let the syncer write the group it holds.
+    fn release(self) {}
+}
+
+fn hold_the_syncer() -> HeldSyncer {
     fail::cfg("audit::inline", "return").unwrap();
-    fail::cfg("audit::sync_delay", "1*sleep(300)").unwrap();
+    let (reached, heard) = tokio::sync::oneshot::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let first = std::sync::Mutex::new(Some((reached, released)));
+    fail::cfg_callback("audit::sync_delay", move || {
+        if let Some((reached, released)) = first.lock().unwrap().take() {
+            let _ = reached.send(());
+            // Returns when the test's end of the channel is dropped.
+            let _ = released.recv();
+        }
+    })
+    .unwrap();
+    HeldSyncer {
+        reached: Some(heard),
+        _release: release,
+    }
+}
+
+/// Update `id`'s secret to `secret` in a task; resolves (with the task) once the change is
+/// prepared on the writer thread.
+async fn spawn_prepared_update(
+    trail: &Trail,
+    actor: &str,
+    id: &str,
+    secret: &str,
+) -> JoinHandle<Result<ankusa::audit::Committed<serde_json::Value>, CommitError<TestRefusal>>> {
+    let (prepared, heard) = tokio::sync::oneshot::channel();
+    let (ctx, id, secret) = (ctx(actor), id.to_owned(), secret.to_owned());
+    let task = spawn_change(trail, |trail| async move {
+        update_secret_then(&trail, ctx, &id, &secret, move || {
+            let _ = prepared.send(());
+        })
+        .await
+    });
+    tokio::time::timeout(std::time::Duration::from_secs(30), heard)
+        .await
+        .expect("the update was prepared")
+        .unwrap();
+    task
 }
 
 #[tokio::test]
@@ -74,18 +131,17 @@ async fn a_change_prepared_while_the_group_before_it_is_written_sees_that_group(
     let scenario = fail::FailScenario::setup();
     let dir = tempfile::tempdir().unwrap();
     let trail = open_trail(dir.path(), true);
-    hold_the_syncer();
+    let mut held = hold_the_syncer();
     let first = spawn_change(&trail, |trail| async move {
         create_source(&trail, ctx("a"), "s1", "x").await
     });
-    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    held.reached().await;
     // s1 is in no store yet: only the group being written has it.
-    let update = spawn_change(&trail, |trail| async move {
-        update_secret(&trail, ctx("b"), "s1", "y").await
-    });
+    let update = spawn_prepared_update(&trail, "b", "s1", "y").await;
     let again = spawn_change(&trail, |trail| async move {
         create_source(&trail, ctx("c"), "s1", "z").await
     });
+    held.release();
     assert_eq!(first.await.unwrap().unwrap().seq, 1);
     let update = update.await.unwrap().unwrap();
     assert_eq!((update.seq, &update.value["revision"]), (2, &json!(2)));
@@ -117,17 +173,16 @@ async fn a_batch_that_fails_takes_down_the_group_prepared_on_it_and_nothing_else
             .seq,
         1
     );
-    hold_the_syncer();
+    let mut held = hold_the_syncer();
     fail::cfg("audit::write", "1*return").unwrap();
     let first = spawn_change(&trail, |trail| async move {
         create_source(&trail, ctx("a"), "s1", "x").await
     });
-    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    held.reached().await;
     // Valid only on top of the first, whose batch will fail: it must not stand either (and
     // must not be told "missing": it was validated against the failed batch).
-    let update = spawn_change(&trail, |trail| async move {
-        update_secret(&trail, ctx("b"), "s1", "y").await
-    });
+    let update = spawn_prepared_update(&trail, "b", "s1", "y").await;
+    held.release();
     assert_eq!(
         first.await.unwrap().unwrap_err(),
         CommitError::StoreUnavailable

@@ -122,9 +122,11 @@ async fn a_broker_outage_with_attempts_in_flight_loses_nothing_and_keeps_key_ord
     config
         .properties
         .insert("reconnect.backoff.max.ms".into(), "200".into());
-    // Slow each produce request down so that attempts pile up in flight before the outage.
+    // Slow each produce request down so that attempts pile up in flight before the outage,
+    // and so that the rest of the events take over a second: the outage must come before
+    // the last of them, however late this test's thread sees the position pass 500.
     cluster
-        .broker_round_trip_time(1, Duration::from_millis(30))
+        .broker_round_trip_time(1, Duration::from_millis(100))
         .unwrap();
     let spec = SinkSpec {
         name: "kafka".into(),
@@ -141,6 +143,10 @@ async fn a_broker_outage_with_attempts_in_flight_loses_nothing_and_keeps_key_ord
     wait_for("some delivery", || publisher.statuses()[0].position >= 500).await;
     cluster.broker_down(1).unwrap();
     let at_outage = publisher.statuses().remove(0);
+    assert!(
+        at_outage.position < CHANGES,
+        "every event was delivered before the outage began"
+    );
     // An attempt fails once librdkafka times its messages out (1 s, checked on a 1 s timer),
     // later still on a loaded machine: wait for that rather than for a fixed time. Attempts
     // may already have timed out while the producer was starting: count only new failures.

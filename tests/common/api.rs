@@ -137,7 +137,7 @@ impl TestNode {
     }
 
     async fn wait_ready(&self) {
-        for _ in 0..200 {
+        for _ in 0..1200 {
             if let Ok(r) = self.client.get(self.url("/readyz")).send().await {
                 if r.status() == StatusCode::OK {
                     return;
@@ -145,7 +145,7 @@ impl TestNode {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        panic!("node not ready within 10 s");
+        panic!("node not ready within 60 s");
     }
 
     /// The store's directory.
@@ -165,6 +165,16 @@ impl TestNode {
             Some(t) => rb.bearer_auth(t),
             None => rb,
         }
+    }
+
+    /// A JSON request whose body is over the node's limit: the node answers 413 without
+    /// reading it and closes the connection, so it goes on a connection of its own (one
+    /// taken from the pool again could race that close and fail the next request).
+    pub fn oversized(&self, method: Method, path: &str, body: String) -> RequestBuilder {
+        self.req(method, path, Some(ADMIN))
+            .header("connection", "close")
+            .header("content-type", "application/json")
+            .body(body)
     }
 
     /// Send `rb` and read the whole response.

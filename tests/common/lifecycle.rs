@@ -126,9 +126,11 @@ impl Deref for Running {
     }
 }
 
-/// Poll `done` every 20 ms for up to 20 s.
+/// Poll `done` every 20 ms for up to 60 s (a bound for a loaded machine; it returns as soon
+/// as `done`).
 pub async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    for _ in 0..1000 {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while tokio::time::Instant::now() < deadline {
         if done() {
             return;
         }

@@ -97,27 +97,50 @@ pub async fn update_secret(
     id: &str,
     secret: &str,
 ) -> Result<Committed<Value>, CommitError<TestRefusal>> {
+    update_secret_then(trail, ctx, id, secret, || {}).await
+}
+
+/// [`update_secret`], calling `prepared` on the writer thread once the change is prepared
+/// (validated and staged in its group, not yet written).
+pub async fn update_secret_then(
+    trail: &Trail,
+    ctx: Context,
+    id: &str,
+    secret: &str,
+    prepared: impl FnOnce() + Send + 'static,
+) -> Result<Committed<Value>, CommitError<TestRefusal>> {
     let id = id.to_owned();
     let secret = secret.to_owned();
     trail
         .commit(ctx, move |tx| {
-            let key = format!("t1/{id}").into_bytes();
-            let before: Value = tx
-                .get_json(Cf::Sources, &key)?
-                .ok_or(CommitError::Refused(TestRefusal::Missing))?;
-            let revision = before["revision"].as_u64().unwrap_or(0) + 1;
-            let mut after = before.clone();
-            after["secret"] = json!(secret);
-            after["revision"] = json!(revision);
-            tx.put_json(Cf::Sources, key, &after)?;
-            let change = Change::new("source.update", format!("sources/{id}"))
-                .tenant("t1")
-                .states(Some(before), Some(after.clone()))
-                .revision(revision)
-                .entity(json!({"id": id, "tenant": "t1", "revision": revision}));
-            Ok((change, after))
+            let staged = stage_secret(tx, &id, &secret);
+            prepared();
+            staged
         })
         .await
+}
+
+/// The staging of [`update_secret`]: source `id` of `t1` gets `secret` and its next revision.
+fn stage_secret(
+    tx: &mut ankusa::audit::Tx<'_>,
+    id: &str,
+    secret: &str,
+) -> Result<(Change, Value), CommitError<TestRefusal>> {
+    let key = format!("t1/{id}").into_bytes();
+    let before: Value = tx
+        .get_json(Cf::Sources, &key)?
+        .ok_or(CommitError::Refused(TestRefusal::Missing))?;
+    let revision = before["revision"].as_u64().unwrap_or(0) + 1;
+    let mut after = before.clone();
+    after["secret"] = json!(secret);
+    after["revision"] = json!(revision);
+    tx.put_json(Cf::Sources, key, &after)?;
+    let change = Change::new("source.update", format!("sources/{id}"))
+        .tenant("t1")
+        .states(Some(before), Some(after.clone()))
+        .revision(revision)
+        .entity(json!({"id": id, "tenant": "t1", "revision": revision}));
+    Ok((change, after))
 }
 
 /// Source `id` of tenant `t1` as stored.

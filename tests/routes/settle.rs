@@ -47,6 +47,18 @@ async fn leave_pending(trail: &Trail, store: &Arc<RouteStore>, id: &str, apply: 
     std::mem::forget(pending);
 }
 
+/// Drive `record` (a dual write whose apply never ends) until its apply signals `reached`,
+/// then drop it, as a caller that gives up does.
+async fn give_up_at<T>(
+    record: impl std::future::Future<Output = T>,
+    reached: tokio::sync::oneshot::Receiver<()>,
+) {
+    tokio::select! {
+        _ = record => panic!("the apply never ends, yet record returned"),
+        signal = reached => signal.expect("the apply ran"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_pending_is_settled_while_the_node_runs() {
     let dir = tempfile::tempdir().unwrap();
@@ -71,24 +83,24 @@ async fn a_dropped_pending_is_settled_while_the_node_runs() {
     }
     // r1: the apply writes the store, then hangs; its caller gives up and drops the future.
     let (after, change) = update_of(&store, "r1", "https://example.test/b").await;
+    let (put, written) = tokio::sync::oneshot::channel();
     let applied = trail.record::<(), (), _, _>(ctx("alice"), change, || {
         let store = store.clone();
         async move {
             store.put(&after, 1).await.unwrap();
+            let _ = put.send(());
             std::future::pending::<(Option<Finish>, ())>().await
         }
     });
-    assert!(tokio::time::timeout(Duration::from_millis(300), applied)
-        .await
-        .is_err());
+    give_up_at(applied, written).await;
     // r2: the apply hangs before it writes anything.
     let (_, change) = update_of(&store, "r2", "https://example.test/b").await;
+    let (entered, begun) = tokio::sync::oneshot::channel();
     let unapplied = trail.record::<(), (), _, _>(ctx("alice"), change, || {
+        let _ = entered.send(());
         std::future::pending::<(Option<Finish>, ())>()
     });
-    assert!(tokio::time::timeout(Duration::from_millis(300), unapplied)
-        .await
-        .is_err());
+    give_up_at(unapplied, begun).await;
     // A dual write of a kind no reconciler knows settles `interrupted` at once.
     let pending = trail
         .begin::<()>(ctx("alice"), Change::new("gadget.update", "gadgets/g1"))

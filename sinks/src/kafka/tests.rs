@@ -258,14 +258,14 @@ async fn a_fatal_producer_is_replaced_only_once_its_attempts_are_settled() {
 /// of its key enqueued after it (a later attempt in flight): that one fails too, so the
 /// resend keeps the key's order. Without the purge, the later record went out as soon as
 /// the broker was back. The two are enqueued 1 s apart, a period of librdkafka's scan for
-/// timed-out records, so they never time out in one scan; and the second is enqueued before
-/// the first can time out (1.5 s).
+/// timed-out records, so they never time out in one scan; and the second is enqueued well
+/// before the first can time out (3 s), even on a loaded machine.
 #[tokio::test]
 async fn a_record_that_failed_is_not_overtaken_by_a_later_one_of_its_key() {
     let topic = "ankusa-overtake";
     let cluster = cluster(topic, 1);
     let mut config = config(&cluster, topic);
-    config.message_timeout = Duration::from_millis(1500);
+    config.message_timeout = Duration::from_millis(3000);
     for (key, value) in [
         ("reconnect.backoff.ms", "10"),
         ("reconnect.backoff.max.ms", "50"),
