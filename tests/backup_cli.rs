@@ -476,6 +476,44 @@ async fn a_backup_whose_row_cannot_be_written_is_discarded() {
     scenario.teardown();
 }
 
+/// A client that gives up on a backup under way does not leave it without its row: the
+/// backup is finished and recorded all the same.
+#[cfg(feature = "failpoints")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_whose_client_went_away_still_gets_its_row() {
+    let scenario = fail::FailScenario::setup();
+    let (node, _backups, backup_dir) = node_with_sources(&["s1"]).await;
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let released = std::sync::Mutex::new(released);
+    fail::cfg_callback("api::backup_taken", move || {
+        let _ = released.lock().unwrap().recv();
+    })
+    .unwrap();
+    let gone = node
+        .req(Method::POST, "/admin/v1/backups", Some(api::WRITER))
+        .timeout(std::time::Duration::from_millis(300))
+        .send()
+        .await;
+    assert!(gone.unwrap_err().is_timeout());
+    drop(release);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let row = loop {
+        let rows = node.rows().await;
+        if let Some(row) = rows.iter().find(|r| r["action"] == "backup.create") {
+            break row.clone();
+        }
+        assert!(std::time::Instant::now() < deadline, "no backup.create row");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(
+        (&row["resource"], &row["actor"]),
+        (&json!("backups/1"), &json!("writer"))
+    );
+    assert_eq!(listed(&backup_dir), vec![(1, 1)]);
+    node.stop().await;
+    scenario.teardown();
+}
+
 /// Backups asked for at once (a client retrying a slow one, say) are made one after the
 /// other: each gets its own id, its own row, and all of them stay in the directory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

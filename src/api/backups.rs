@@ -23,7 +23,7 @@ use super::events;
 use super::extract::OptionalJson;
 use super::subject::X_AUDIT_SEQ;
 use super::AppState;
-use crate::audit::{Change, Clock, CommitError, SystemClock};
+use crate::audit::{Change, Clock, CommitError, Context, SystemClock};
 use crate::store::backup::{BackupDir, BackupError, BackupInfo};
 
 /// The request body: empty, or a JSON object with no fields (room for options to come).
@@ -33,16 +33,26 @@ pub struct NewBackup {}
 
 /// `POST /admin/v1/backups` (scope `admin:write`): 201 with the backup's id, time, size and
 /// the `m:audit_seq` it holds; `X-Audit-Seq` is the seq of its `backup.create` row.
+///
+/// The work runs in a task of its own: a client that goes away mid-backup drops this
+/// handler, but the backup then still gets its row (or is discarded), never neither.
 pub async fn create(
     WriteContext(ctx): WriteContext,
     State(state): State<AppState>,
     OptionalJson(_options): OptionalJson<NewBackup>,
 ) -> Result<Response, ApiError> {
+    let (info, row) = tokio::spawn(back_up_and_record(state, ctx)).await??;
+    Ok(created(&info, row))
+}
+
+/// Take the backup, then commit its row; discard the backup if the row is not written.
+async fn back_up_and_record(state: AppState, ctx: Context) -> Result<(BackupInfo, u64), ApiError> {
     let (store, dir) = (state.trail.store().clone(), state.backup_dir.clone());
     let now = SystemClock.now_ms();
     let made = tokio::task::spawn_blocking(move || {
         let mut backups = BackupDir::create(&dir)?;
         let info = backups.back_up(&store, now)?;
+        fail::fail_point!("api::backup_taken");
         Ok::<_, BackupError>((backups, info))
     })
     .await?;
@@ -50,10 +60,9 @@ pub async fn create(
         events::internal_error(&format!("backup failed: {e}"));
         ApiError::Internal
     })?;
-    let audit_seq = info.audit_seq.unwrap_or(0);
     let change = Change::new("backup.create", format!("backups/{}", info.id))
         .detail("backup_id", info.id)
-        .detail("audit_seq", audit_seq)
+        .detail("audit_seq", info.audit_seq.unwrap_or(0))
         .detail("size", info.size)
         .detail("files", info.files);
     let committed = state
@@ -61,7 +70,7 @@ pub async fn create(
         .commit(ctx, move |_| Ok::<_, CommitError<Infallible>>((change, ())))
         .await;
     match committed {
-        Ok(row) => Ok(created(&info, audit_seq, row.seq)),
+        Ok(row) => Ok((info, row.seq)),
         Err(e) => {
             let id = info.id;
             let undone = tokio::task::spawn_blocking(move || backups.discard(id)).await?;
@@ -75,7 +84,8 @@ pub async fn create(
     }
 }
 
-fn created(info: &BackupInfo, audit_seq: u64, row: u64) -> Response {
+fn created(info: &BackupInfo, row: u64) -> Response {
+    let audit_seq = info.audit_seq.unwrap_or(0);
     let created_at = chrono::DateTime::from_timestamp(info.timestamp, 0).map(|t| t.to_rfc3339());
     let body = json!({
         "id": info.id,
