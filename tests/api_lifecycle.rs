@@ -226,6 +226,21 @@ async fn a_disabled_sink_is_enabled_again_by_an_operator() {
     .await;
     assert_eq!(s["sinks"][0]["position"], 0);
     assert_eq!(s["sinks"][0]["last_error"], "http_410");
+    // The node's own change of the sink's state is in the trail, before the status shows it.
+    let row = node.row(2).await;
+    assert_eq!(
+        (&row["action"], &row["resource"], &row["actor"]),
+        (
+            &json!("sink.disable"),
+            &json!("sinks/hook"),
+            &json!("system")
+        )
+    );
+    assert_eq!(
+        row["detail"],
+        json!({"sink": "hook", "reason": "http_410", "position": 0})
+    );
+    assert_eq!(row["publish"], false);
 
     // Refused without admin:write, or for a sink nobody configured: no row either way.
     let r = node.call(Method::POST, enable, READER, None).await;
@@ -239,7 +254,7 @@ async fn a_disabled_sink_is_enabled_again_by_an_operator() {
         )
         .await;
     assert_error(&r, 404, "not_found");
-    assert_eq!(node.rows().await.len(), 1);
+    assert_eq!(node.rows().await.len(), 2);
 
     receiver.answer(200);
     // Two operators at once: one enables it (one row), the other hears it is not disabled.
@@ -249,15 +264,15 @@ async fn a_disabled_sink_is_enabled_again_by_an_operator() {
     );
     let (r, other) = if a.status == 200 { (a, b) } else { (b, a) };
     assert_eq!(r.status, 200, "{}", r.text);
-    assert_eq!(r.json(), json!({"enabled": "hook", "audit_seq": 2}));
+    assert_eq!(r.json(), json!({"enabled": "hook", "audit_seq": 3}));
     assert_error(&other, 409, "conflict");
     let s = eventually(&node, "/admin/v1/lifecycle", |s| {
-        s["sinks"][0]["position"] == 2
+        s["sinks"][0]["position"] == 3
     })
     .await;
     assert_eq!(s["sinks"][0]["state"], "running");
     assert_eq!(receiver.sequences(), vec![1]);
-    let row = node.row(2).await;
+    let row = node.row(3).await;
     assert_eq!(
         (&row["action"], &row["resource"], &row["actor"]),
         (
@@ -269,8 +284,66 @@ async fn a_disabled_sink_is_enabled_again_by_an_operator() {
     assert_eq!(row["publish"], false);
     let r = node.call(Method::POST, enable, WRITER, None).await;
     assert_error(&r, 409, "conflict");
-    assert_eq!(node.rows().await.len(), 2);
+    assert_eq!(node.rows().await.len(), 3);
     node.stop().await;
+}
+
+/// An operator's enable whose client goes away while its row is being written still enables
+/// the sink: the row never stands without the enable.
+#[cfg(feature = "failpoints")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_enable_whose_client_went_away_still_enables_the_sink() {
+    let scenario = fail::FailScenario::setup();
+    let (receiver, url) = Receiver::start(410).await;
+    let node = TestNode::start_with(|v| hook_sink(v, json!(["hook"]), &url)).await;
+    create_source(&node, "s1").await;
+    eventually(&node, "/admin/v1/lifecycle", |s| {
+        s["sinks"][0]["state"] == "disabled"
+    })
+    .await;
+    receiver.answer(200);
+    // The next group is held in the syncer until the client has given up.
+    fail::cfg("audit::inline", "return").unwrap();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let released = std::sync::Mutex::new(Some(released));
+    fail::cfg_callback("audit::sync_delay", move || {
+        if let Some(released) = released.lock().unwrap().take() {
+            let _ = released.recv();
+        }
+    })
+    .unwrap();
+    let gone = node
+        .req(
+            Method::POST,
+            "/admin/v1/lifecycle/sinks/hook/enable",
+            Some(WRITER),
+        )
+        .timeout(Duration::from_millis(300))
+        .send()
+        .await;
+    assert!(gone.unwrap_err().is_timeout());
+    drop(release);
+    let s = eventually(&node, "/admin/v1/lifecycle", |s| {
+        s["sinks"][0]["position"] == 3
+    })
+    .await;
+    assert_eq!(s["sinks"][0]["state"], "running");
+    let actions: Vec<Value> = node
+        .rows()
+        .await
+        .iter()
+        .map(|r| r["action"].clone())
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            json!("source.create"),
+            json!("sink.disable"),
+            json!("sink.enable")
+        ]
+    );
+    node.stop().await;
+    scenario.teardown();
 }
 
 /// Lifecycle events turned off with a sink still listed: no new change is flagged, but the

@@ -113,9 +113,12 @@ pub async fn enable(
     State(state): State<AppState>,
     ApiPath(sink): ApiPath<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let publisher = state.lifecycle.as_deref();
+    let publisher = state.lifecycle.clone();
     let publisher = publisher.ok_or_else(|| unknown_sink(&sink))?;
-    let enabled = publisher.enable(&state.trail, ctx, &sink).await;
+    // In a task of its own: a client that goes away once the row is on its way does not
+    // leave the row without the enable.
+    let (trail, name) = (state.trail.clone(), sink.clone());
+    let enabled = tokio::spawn(async move { publisher.enable(&trail, ctx, &name).await }).await?;
     let row = enabled.map_err(|e| {
         ApiError::uncommitted(e, |refused| match refused {
             EnableRefused::NoSuchSink => unknown_sink(&sink),

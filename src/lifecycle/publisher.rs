@@ -389,12 +389,14 @@ impl Lane {
                 Some(Stop::Disabled(reason)) => {
                     abandon(&mut in_flight, &mut reading).await;
                     metrics::failed(&self.spec.name, "disabled", false);
-                    // An enable is sent only while the status shows the sink disabled.
+                    tracing::error!(sink = %self.spec.name, reason = %reason, "lifecycle sink disabled by its destination; keeping its position until an operator enables it");
+                    // Recorded before the status shows it: an enable, sent only while the
+                    // status shows the sink disabled, comes after it in the trail.
+                    self.record_disabled(&reason).await;
                     status::update(&self.status, |s| {
                         s.state = SinkState::Disabled;
                         s.last_error = Some(reason.clone());
                     });
-                    tracing::error!(sink = %self.spec.name, reason = %reason, "lifecycle sink disabled by its destination; keeping its position until an operator enables it");
                     tokio::select! {
                         enabled = self.enabled.changed() => {
                             if enabled.is_err() {
@@ -495,6 +497,26 @@ impl Lane {
             }
         }));
         Reading { pages: taken }
+    }
+
+    /// The node's own change of the sink's state, in the trail: a `sink.disable` row (the
+    /// system's), resource `sinks/<name>`, saying why and at which position. Not written
+    /// (the store refuses it) is logged; the sink is disabled all the same.
+    async fn record_disabled(&self, reason: &str) {
+        let (sink, reason, position) = (self.spec.name.clone(), reason.to_owned(), self.position);
+        let committed = self
+            .trail
+            .commit(Context::system(), move |_| {
+                let change = Change::new("sink.disable", format!("sinks/{sink}"))
+                    .detail("sink", sink.clone())
+                    .detail("reason", reason.clone())
+                    .detail("position", position);
+                Ok::<_, CommitError<std::convert::Infallible>>((change, ()))
+            })
+            .await;
+        if let Err(e) = committed {
+            tracing::error!(sink = %self.spec.name, error = ?e, "the sink.disable row could not be written");
+        }
     }
 
     fn note_error(&self, error: &str) {
