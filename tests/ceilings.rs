@@ -206,8 +206,18 @@ async fn an_unconfirmed_backlog_refuses_changes_until_the_sink_confirms() {
         Err(CommitError::AuditBacklog)
     );
     assert_eq!(trail.stats().refused, 2);
-    // Refused before it ran: nothing of its own was written either.
+    // Refused after it was validated: nothing of its own was written either.
     assert!(all_keys(trail.store(), Cf::Overrides).is_empty());
+    // A change that would change nothing hears why, not the backlog (and is not counted).
+    assert_eq!(
+        update_secret(&trail, ctx("ops"), "nope", "x").await.unwrap_err(),
+        CommitError::Refused(TestRefusal::Missing)
+    );
+    assert_eq!(
+        create(&trail, 1).await,
+        Err(CommitError::Refused(TestRefusal::Exists))
+    );
+    assert_eq!(trail.stats().refused, 2);
 
     let system = create_source(&trail, Context::system(), "sys", "x")
         .await

@@ -738,11 +738,6 @@ impl Writer {
         ctx: &Context,
         job: &mut dyn Job,
     ) -> Admitted {
-        // A change the node makes itself is never refused: it may push the trail over.
-        let exempt = ctx.is_system();
-        if !exempt && g.backlog_full(&self.limits) {
-            return refuse(g, "backlog");
-        }
         let mut tx = Tx::new(&self.store, &g.overlay, &self.unsynced);
         let prepared = catch_unwind(AssertUnwindSafe(|| job.prepare(&mut tx)));
         let ops = tx.into_ops();
@@ -756,6 +751,13 @@ impl Writer {
                 return Admitted::Refused;
             }
         };
+        // Validated first: a change that would change nothing (a missing subject, bad input)
+        // hears why, backlog or not. One that would is refused here, its ops dropped.
+        // A change the node makes itself is never refused: it may push the trail over.
+        let exempt = ctx.is_system();
+        if !exempt && g.backlog_full(&self.limits) {
+            return refuse(g, "backlog");
+        }
         let staged = Staged::new(&self.hasher, self.lifecycle, g.seq + 1, at, ctx, change);
         self.admit(g, staged, exempt, ops)
     }
