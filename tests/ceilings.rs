@@ -210,7 +210,9 @@ async fn an_unconfirmed_backlog_refuses_changes_until_the_sink_confirms() {
     assert!(all_keys(trail.store(), Cf::Overrides).is_empty());
     // A change that would change nothing hears why, not the backlog (and is not counted).
     assert_eq!(
-        update_secret(&trail, ctx("ops"), "nope", "x").await.unwrap_err(),
+        update_secret(&trail, ctx("ops"), "nope", "x")
+            .await
+            .unwrap_err(),
         CommitError::Refused(TestRefusal::Missing)
     );
     assert_eq!(

@@ -30,11 +30,11 @@ use crate::telemetry;
 /// The format version written into every pending row.
 pub const PENDING_FORMAT: u32 = 1;
 
-/// A pending row: what a begun change is about to do. Never a secret or a spec, like a row;
-/// only the entity its event will carry, redacted, when lifecycle events are on. (The trail
-/// row it becomes does not hold it: finishing moves it to `o`+seq. It must be here until
-/// then, because a delete's event carries the subject as it was, which a settlement after a
-/// crash cannot read back; pending rows are not served by any API.)
+/// A pending row: what a begun change is about to do. Never a secret or a spec, like a row,
+/// nor an entity: the entity its event will carry, redacted, when lifecycle events are on, is
+/// beside it at `q`+id (written in the same batch), and finishing moves it to `o`+seq. It
+/// must be kept until then, because a delete's event carries the subject as it was, which a
+/// settlement after a crash cannot read back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PendingRow {
     /// Format version ([`PENDING_FORMAT`]).
@@ -65,7 +65,9 @@ pub struct PendingRow {
     pub kind: Option<String>,
     /// Where the reconciler finds the subject.
     pub locator: Option<Value>,
-    /// The redacted entity to publish if the change settles `ok`.
+    /// Only in pending rows written before the entity moved to `q`+id: the redacted entity
+    /// to publish if the change settles `ok`. Read, never written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entity: Option<Value>,
 }
 
@@ -239,11 +241,16 @@ pub(crate) fn begin(w: &mut Writer, g: &mut Group, at: u64, req: Begin) -> Answe
         revision: change.revision,
         kind,
         locator,
-        entity: change.entity.filter(|_| w.lifecycle),
+        entity: None,
     };
     let value = serde_json::to_vec(&row).expect("a pending row always serializes");
-    // About the size of the row it becomes (the entity is in both).
-    match w.make_room(g, (keys::ROW_KEY_LEN + value.len()) as u64) {
+    let entity = change
+        .entity
+        .filter(|_| w.lifecycle)
+        .map(|e| serde_json::to_vec(&e).expect("an entity always serializes"));
+    // About the size of the row (and entity) it becomes.
+    let size = keys::ROW_KEY_LEN + value.len() + entity.as_ref().map_or(0, Vec::len);
+    match w.make_room(g, size as u64) {
         Ok(fits) => {
             if !fits && !exempt {
                 return refuse(g, "ceiling", reply);
@@ -262,9 +269,14 @@ pub(crate) fn begin(w: &mut Writer, g: &mut Group, at: u64, req: Begin) -> Answe
     let key = keys::pending_key(id);
     let audit = w.store.cf(Cf::Audit);
     g.batch.put_cf(audit, key, &value);
+    g.overlay.insert((Cf::Audit, key.to_vec()), Some(value));
+    if let Some(entity) = entity {
+        let key = keys::pending_entity_key(id);
+        g.batch.put_cf(audit, key, &entity);
+        g.overlay.insert((Cf::Audit, key.to_vec()), Some(entity));
+    }
     g.batch
         .put_cf(audit, keys::meta_key(meta::PENDING_SEQ), id.to_be_bytes());
-    g.overlay.insert((Cf::Audit, key.to_vec()), Some(value));
     Answer::Begun {
         pending: Pending::new(id, row.resource, abandoned),
         reply,
@@ -275,25 +287,26 @@ pub(crate) fn begin(w: &mut Writer, g: &mut Group, at: u64, req: Begin) -> Answe
 pub(crate) fn finish(w: &mut Writer, g: &mut Group, at: u64, req: FinishReq) -> Answer {
     if req.how == Finish::Refused {
         // A change the other store refused changed nothing: like a refused commit, it
-        // leaves no row. Only the pending row goes.
-        let key = keys::pending_key(req.id);
-        g.batch.delete_cf(w.store.cf(Cf::Audit), key);
-        g.overlay.insert((Cf::Audit, key.to_vec()), None);
+        // leaves no row. Only the pending row (and its entity) goes.
+        remove(w, g, req.id);
         return Answer::Settled {
             row: Ok(None),
             reply: req.reply,
         };
     }
     let row = load(w, g, req.id).map(|found| {
-        found.map(|mut p| {
-            let (result, entity) = match req.how {
-                Finish::Applied => (RowResult::Ok, p.entity.take()),
-                Finish::NotApplied => (RowResult::Failed, None),
-                Finish::Unknown | Finish::Refused => (RowResult::Interrupted, None),
-            };
-            into_trail(w, g, at, req.id, p, result, false, entity)
-        })
+        found
+            .map(|mut p| {
+                let (result, entity) = match req.how {
+                    Finish::Applied => (RowResult::Ok, entity_of(w, g, req.id, &mut p)?),
+                    Finish::NotApplied => (RowResult::Failed, None),
+                    Finish::Unknown | Finish::Refused => (RowResult::Interrupted, None),
+                };
+                Ok(into_trail(w, g, at, req.id, p, result, false, entity))
+            })
+            .transpose()
     });
+    let row = row.and_then(|r| r);
     Answer::Settled {
         row,
         reply: req.reply,
@@ -312,27 +325,62 @@ pub(crate) fn settle(w: &mut Writer, g: &mut Group, at: u64, req: SettleReq) -> 
         reply,
     } = req;
     let row = load(w, g, id).map(|found| {
-        found.map(|mut p| {
-            let (result, refresh, entity) = match presence {
-                Presence::Read(present) => {
-                    let hash = w.hasher.hash(present.as_ref().map(|p| &p.state));
-                    if hash == p.after_hash {
-                        (RowResult::Ok, false, p.entity.take())
-                    } else if hash == p.before_hash {
-                        (RowResult::Failed, false, None)
-                    } else {
-                        let view = present.map_or(Value::Null, |p| p.view);
-                        (RowResult::Interrupted, true, Some(view))
+        found
+            .map(|mut p| {
+                let (result, refresh, entity) = match presence {
+                    Presence::Read(present) => {
+                        let hash = w.hasher.hash(present.as_ref().map(|p| &p.state));
+                        if hash == p.after_hash {
+                            (RowResult::Ok, false, entity_of(w, g, id, &mut p)?)
+                        } else if hash == p.before_hash {
+                            (RowResult::Failed, false, None)
+                        } else {
+                            let view = present.map_or(Value::Null, |p| p.view);
+                            (RowResult::Interrupted, true, Some(view))
+                        }
                     }
-                }
-                Presence::Unreadable | Presence::Unreconciled => {
-                    (RowResult::Interrupted, false, None)
-                }
-            };
-            into_trail(w, g, at, id, p, result, refresh, entity)
-        })
+                    Presence::Unreadable | Presence::Unreconciled => {
+                        (RowResult::Interrupted, false, None)
+                    }
+                };
+                Ok(into_trail(w, g, at, id, p, result, refresh, entity))
+            })
+            .transpose()
     });
+    let row = row.and_then(|r| r);
     Answer::Settled { row, reply }
+}
+
+/// The redacted entity of pending row `id`: at `q`+id as the group sees it, or in the row
+/// itself when an earlier version wrote it there.
+fn entity_of(
+    w: &Writer,
+    g: &Group,
+    id: u64,
+    p: &mut PendingRow,
+) -> Result<Option<Value>, StoreError> {
+    if let Some(entity) = p.entity.take() {
+        return Ok(Some(entity));
+    }
+    let key = keys::pending_entity_key(id);
+    let Some(bytes) = Tx::new(&w.store, &g.overlay, &w.unsynced).get(Cf::Audit, &key)? else {
+        return Ok(None);
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| StoreError::Corrupt {
+            what: format!("pending entity {}", hex::encode(key)),
+            detail: e.to_string(),
+        })
+}
+
+/// Delete pending row `id` and its entity in the group's batch.
+fn remove(w: &Writer, g: &mut Group, id: u64) {
+    let audit = w.store.cf(Cf::Audit);
+    for key in [keys::pending_key(id), keys::pending_entity_key(id)] {
+        g.batch.delete_cf(audit, key);
+        g.overlay.insert((Cf::Audit, key.to_vec()), None);
+    }
 }
 
 /// Pending row `id` as the group sees it (a begin or a settlement earlier in the group
@@ -397,9 +445,7 @@ fn into_trail(
     }
     g.usage.rows += 1;
     g.usage.bytes += bytes;
-    let key = keys::pending_key(id);
-    g.batch.delete_cf(audit, key);
-    g.overlay.insert((Cf::Audit, key.to_vec()), None);
+    remove(w, g, id);
     Box::new(row)
 }
 
@@ -467,5 +513,70 @@ mod tests {
             pending_rows(&store),
             Err(StoreError::Corrupt { .. })
         ));
+    }
+
+    /// A subject that is always absent.
+    struct Absent;
+
+    #[async_trait::async_trait]
+    impl crate::audit::settle::Reconcile for Absent {
+        async fn hold(&self, _: &Value) -> Option<crate::audit::settle::Hold> {
+            None
+        }
+        async fn present(
+            &self,
+            _: &Value,
+        ) -> Result<Option<crate::audit::settle::Present>, String> {
+            Ok(None)
+        }
+    }
+
+    /// A pending row an earlier version wrote with its entity inside still settles, and
+    /// publishes that entity.
+    #[tokio::test]
+    async fn a_pending_row_with_its_entity_inside_settles_and_publishes_it() {
+        use std::sync::Arc;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let entity = serde_json::json!({"id": "r1", "tenant": "t1", "revision": 1});
+        // A delete (no state after it): a subject found absent settles it `ok`.
+        let old = PendingRow {
+            before_hash: Some("ab".into()),
+            after_hash: None,
+            entity: Some(entity.clone()),
+            ..row("route.delete")
+        };
+        let mut batch = WriteBatch::default();
+        let audit = store.cf(Cf::Audit);
+        batch.put_cf(
+            audit,
+            keys::pending_key(1),
+            serde_json::to_vec(&old).unwrap(),
+        );
+        batch.put_cf(audit, keys::meta_key(meta::PENDING_SEQ), 1u64.to_be_bytes());
+        store.write(batch, true).unwrap();
+        let options = crate::audit::TrailOptions {
+            lifecycle: true,
+            ..Default::default()
+        };
+        let trail =
+            crate::audit::Trail::start(store.clone(), options, Arc::new(crate::audit::SystemClock))
+                .unwrap();
+        let mut reconcilers = crate::audit::settle::Reconcilers::new();
+        reconcilers.insert("route".into(), Arc::new(Absent) as Arc<_>);
+        let stop = tokio_util::sync::CancellationToken::new();
+        let settling = trail
+            .start_settlement(reconcilers, Default::default(), stop.clone())
+            .unwrap();
+        trail.boot_settled().await;
+        assert!(pending_rows(&store).unwrap().is_empty());
+        let rows = crate::audit::row::page(&store, 0, 10, &Default::default()).unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!((rows[0].result, rows[0].publish), (RowResult::Ok, true));
+        let published = store.get(Cf::Audit, &keys::outbox_key(1)).unwrap().unwrap();
+        assert_eq!(serde_json::from_slice::<Value>(&published).unwrap(), entity);
+        stop.cancel();
+        settling.await.unwrap();
+        trail.shutdown().await;
     }
 }

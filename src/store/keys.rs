@@ -9,6 +9,7 @@
 //! |------------------------|-------------------------------------------|
 //! | `a` seq:u64 at:u64     | a trail row (JSON)                        |
 //! | `p` id:u64             | a pending row: begun, not finished (JSON) |
+//! | `q` id:u64             | the redacted entity of pending row id     |
 //! | `o` seq:u64            | the redacted lifecycle entity of row seq  |
 //! | `m:<name>`             | meta (see [`meta`])                       |
 
@@ -16,6 +17,8 @@
 pub const ROW: u8 = b'a';
 /// Prefix of a pending row key.
 pub const PENDING: u8 = b'p';
+/// Prefix of a pending row's entity key (beside the pending row, never in it).
+pub const PENDING_ENTITY: u8 = b'q';
 /// Prefix of a lifecycle outbox entity key.
 pub const OUTBOX: u8 = b'o';
 /// Prefix of every meta key.
@@ -86,6 +89,11 @@ pub fn decode_row_key(key: &[u8]) -> Option<(u64, u64)> {
 /// `m:pending_seq`).
 pub fn pending_key(id: u64) -> [u8; SEQ_KEY_LEN] {
     seq_key(PENDING, id)
+}
+
+/// The key of the redacted entity of pending row `id`.
+pub fn pending_entity_key(id: u64) -> [u8; SEQ_KEY_LEN] {
+    seq_key(PENDING_ENTITY, id)
 }
 
 /// The key of the lifecycle entity of row `seq`.

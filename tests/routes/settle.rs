@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ankusa::audit::{Change, Finish, RowResult, Trail};
-use ankusa::store::StoreError;
+use ankusa::store::{keys, Cf, StoreError};
 use ankusa::subjects::remote::memory::MemoryStore;
 use ankusa::subjects::remote::{Cas, RemoteStore};
 use ankusa::subjects::routes::{Route, RoutePatch, RouteStore, Routes};
@@ -151,6 +151,46 @@ async fn stopped_with_pending_on(dir: &std::path::Path, store: Arc<RouteStore>) 
         .await
         .unwrap();
     leave_pending(&trail, &store, "r1", true).await;
+    trail.shutdown().await;
+}
+
+/// A pending row never holds its entity: the entity is beside it (`q`+id, same batch) and
+/// moves to the outbox with the row it settles into.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_rows_entity_is_beside_it_never_in_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<RouteStore> = Arc::new(MemoryStore::<Route>::default());
+    stopped_with_pending_on(dir.path(), store.clone()).await;
+    let trail = open_trail(dir.path(), true);
+    let pending = ankusa::audit::pending_rows(trail.store()).unwrap();
+    let id = pending[0].0;
+    let raw = trail
+        .store()
+        .get(Cf::Audit, &keys::pending_key(id))
+        .unwrap()
+        .unwrap();
+    let raw: serde_json::Value = serde_json::from_slice(&raw).unwrap();
+    assert!(raw.get("entity").is_none(), "{raw}");
+    let beside = trail
+        .store()
+        .get(Cf::Audit, &keys::pending_entity_key(id))
+        .unwrap()
+        .expect("the entity beside the pending row");
+    let beside: serde_json::Value = serde_json::from_slice(&beside).unwrap();
+    assert_eq!(beside["destination"], "https://example.test/b");
+    let settling = settling(
+        &trail,
+        store,
+        Duration::from_millis(100),
+        Duration::from_secs(10),
+    );
+    wait_settled(trail.store(), Duration::from_secs(10)).await;
+    let rows = route_rows(trail.store(), "r1");
+    assert_eq!((rows[1].result, rows[1].publish), (RowResult::Ok, true));
+    assert_eq!(entity(trail.store(), rows[1].seq), Some(beside));
+    let gone = trail.store().get(Cf::Audit, &keys::pending_entity_key(id));
+    assert_eq!(gone.unwrap(), None);
+    settling.stop().await;
     trail.shutdown().await;
 }
 
