@@ -301,6 +301,11 @@ fn carry(from: &Path, to: &Path, names: &[PathBuf]) -> Result<Vec<PathBuf>, Back
 
 /// Put `tmp` at `target`, moving what is there aside (a store) or away (an empty directory);
 /// returns where a store went.
+///
+/// Until the restored store is at `target`, a failure changes nothing (the caller removes
+/// `tmp`, the restored copy). From then on the restore is done: what fails afterwards is
+/// logged, never undone, and never reported as a failure, since the caller would then remove
+/// `tmp`, which by then holds the replaced store.
 fn swap(
     tmp: &Path,
     target: &Path,
@@ -315,7 +320,9 @@ fn swap(
         Target::Empty => {
             exchange(tmp, target)?;
             // `tmp` is the empty directory now.
-            std::fs::remove_dir(tmp).map_err(|e| BackupError::io(tmp, e))?;
+            if let Err(e) = std::fs::remove_dir(tmp) {
+                tracing::warn!(dir = %tmp.display(), error = %e, "the restore is in place; the empty directory it replaced is left behind");
+            }
             None
         }
         Target::Store { .. } => {
@@ -327,9 +334,14 @@ fn swap(
             let aside = PathBuf::from(name);
             exchange(tmp, target)?;
             // `tmp` is the replaced store now: a crash before this rename leaves it there,
-            // whole, under the temporary name.
-            std::fs::rename(tmp, &aside).map_err(|e| BackupError::io(tmp, e))?;
-            Some(aside)
+            // whole, under the temporary name; so does a rename that fails.
+            match rename_aside(tmp, &aside) {
+                Ok(()) => Some(aside),
+                Err(e) => {
+                    tracing::warn!(store = %tmp.display(), error = %e, "the restore is in place; the replaced store stays under its temporary name");
+                    Some(tmp.to_owned())
+                }
+            }
         }
     };
     let parent = match target.parent() {
@@ -337,10 +349,18 @@ fn swap(
         _ => Path::new("."),
     };
     // The renames are durable once the parent directory is synced.
-    std::fs::File::open(parent)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| BackupError::io(parent, e))?;
+    if let Err(e) = std::fs::File::open(parent).and_then(|d| d.sync_all()) {
+        tracing::error!(dir = %parent.display(), error = %e, "the restore is in place, but syncing its directory failed: a crash now may undo it");
+    }
     Ok(aside)
+}
+
+/// Move the replaced store (at `tmp`) to `aside`.
+fn rename_aside(tmp: &Path, aside: &Path) -> std::io::Result<()> {
+    fail::fail_point!("restore::aside", |_| Err(std::io::Error::other(
+        "injected: restore::aside"
+    )));
+    std::fs::rename(tmp, aside)
 }
 
 #[cfg(test)]
