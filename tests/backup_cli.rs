@@ -225,10 +225,12 @@ async fn create_list_and_restore_a_stopped_store() {
         ["admin-token.sha256", "events/lifecycle.jsonl"],
         "{out}"
     );
-    // Moved, not copied: the replaced store keeps only its own files.
+    // The events are moved (they go on in one place); the replaced store keeps its own
+    // token digest, should it be put back.
     let aside = Path::new(aside);
-    assert!(!aside.join(ankusa::api::auth::ADMIN_TOKEN_FILE).exists());
     assert!(!aside.join("events/lifecycle.jsonl").exists());
+    let kept = std::fs::read_to_string(aside.join(ankusa::api::auth::ADMIN_TOKEN_FILE));
+    assert_eq!(kept.unwrap(), "digest\n");
     assert!(aside.join("CURRENT").is_file());
 }
 

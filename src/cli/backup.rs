@@ -17,7 +17,7 @@ use crate::api::auth::ADMIN_TOKEN_FILE;
 use crate::audit::{Clock, SystemClock};
 use crate::config::Config;
 use crate::store::backup::{BackupDir, BackupInfo};
-use crate::store::restore::{restore, RestoreRequest};
+use crate::store::restore::{restore, Carry, RestoreRequest};
 use crate::store::Store;
 
 /// What `ankusa backup` does.
@@ -185,32 +185,36 @@ fn restore_cmd(config: &Config, args: RestoreArgs, out: &mut dyn Write) -> anyho
             "the store that was there is now at {}: delete it when you no longer need it",
             aside.display()
         )?;
-        for name in &restored.carried {
-            writeln!(out, "kept in the restored store: {}", name.display())?;
+        for file in &restored.carried {
+            writeln!(out, "kept in the restored store: {}", file.path.display())?;
         }
     }
     Ok(())
 }
 
 /// The files inside the store directory `store` that are the node's, not the store's, and
-/// so stay when a restore replaces the store: the admin token's digest (so the token keeps
-/// working) and the events of the configured file sinks that write inside it (so the file
-/// goes on, the restored rows appended again with their ids, as every sink gets them).
-fn node_files(config: &Config, store: &Path) -> Vec<PathBuf> {
-    let mut files = vec![PathBuf::from(ADMIN_TOKEN_FILE)];
-    files.extend(
-        config
-            .lifecycle
-            .sink
-            .values()
-            .filter_map(|sink| match sink {
-                ankusa_sinks::SinkConfig::File(file) => {
-                    crate::config::relative_within(&file.path, store)
-                }
-                _ => None,
-            }),
-    );
-    files
+/// so stay when a restore replaces the store: the admin token's digest, copied (the token
+/// keeps working, and the replaced store keeps its own), and the events of the configured
+/// file sinks that write inside it, moved (the file goes on in one place, the restored rows
+/// appended again with their ids, as every sink gets them).
+fn node_files(config: &Config, store: &Path) -> Vec<Carry> {
+    let token = Carry {
+        path: PathBuf::from(ADMIN_TOKEN_FILE),
+        moved: false,
+    };
+    let events = config
+        .lifecycle
+        .sink
+        .values()
+        .filter_map(|sink| match sink {
+            ankusa_sinks::SinkConfig::File(file) => {
+                crate::config::relative_within(&file.path, store)
+            }
+            _ => None,
+        });
+    std::iter::once(token)
+        .chain(events.map(|path| Carry { path, moved: true }))
+        .collect()
 }
 
 /// `1536` -> `1.5 KiB`.

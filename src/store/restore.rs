@@ -53,9 +53,19 @@ pub struct RestoreRequest<'a> {
     /// Replace a store already at `target` (moved aside).
     pub force: bool,
     /// Files of a replaced store that are not the store's but the node's (the admin token's
-    /// digest, a file sink's events), relative to `target`: moved into the restored
-    /// directory (linked into it before the swap, then unlinked from the replaced store).
-    pub carry: &'a [PathBuf],
+    /// digest, a file sink's events), relative to `target`, put into the restored directory.
+    pub carry: &'a [Carry],
+}
+
+/// A file of the node's that a forced restore puts into the restored directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Carry {
+    /// Relative to the store directory.
+    pub path: PathBuf,
+    /// Moved (linked into the restored directory before the swap, then unlinked from the
+    /// replaced store: a file sink's events go on in one place), or copied (the replaced
+    /// store keeps its own: the admin token's digest, should it be put back).
+    pub moved: bool,
 }
 
 /// What a restore did.
@@ -68,7 +78,7 @@ pub struct Restored {
     /// Where the replaced store was moved, if one was.
     pub replaced: Option<PathBuf>,
     /// The files of `carry` that were there and now are in the restored directory.
-    pub carried: Vec<PathBuf>,
+    pub carried: Vec<Carry>,
 }
 
 /// What is at the target now.
@@ -148,9 +158,10 @@ pub fn restore(
         Ok(replaced) => {
             // Carried files live on in the restored directory only: the replaced store
             // keeps what is its own.
+            let moved = carried.iter().filter(|c| c.moved);
             for name in replaced
                 .iter()
-                .flat_map(|aside| carried.iter().map(|n| aside.join(n)))
+                .flat_map(|aside| moved.clone().map(|c| aside.join(&c.path)))
             {
                 if let Err(e) = std::fs::remove_file(&name) {
                     tracing::warn!(file = %name.display(), error = %e, "a file carried into the restored store is also left beside the replaced one");
@@ -270,20 +281,20 @@ fn exchange_by_renames(tmp: &Path, target: &Path) -> Result<(), BackupError> {
     std::fs::rename(&swapped, tmp).map_err(|e| BackupError::io(&swapped, e))
 }
 
-/// Put the files `names` (relative paths) of the store at `from` into `to`: hard links where
-/// the file system allows (a file sink's events may be large), copies otherwise; durable,
-/// with the directories made for them. Returns the names that were there.
-fn carry(from: &Path, to: &Path, names: &[PathBuf]) -> Result<Vec<PathBuf>, BackupError> {
+/// Put the files `carry` of the store at `from` into `to`: those to be moved as hard links
+/// where the file system allows (a file sink's events may be large), copies otherwise;
+/// durable, with the directories made for them. Returns those that were there.
+fn carry(from: &Path, to: &Path, carry: &[Carry]) -> Result<Vec<Carry>, BackupError> {
     let mut carried = Vec::new();
-    for name in names {
-        let source = from.join(name);
+    for file in carry {
+        let source = from.join(&file.path);
         if !source.is_file() {
             continue;
         }
-        let dest = to.join(name);
+        let dest = to.join(&file.path);
         let dir = dest.parent().unwrap_or(to);
         std::fs::create_dir_all(dir).map_err(|e| BackupError::io(dir, e))?;
-        if std::fs::hard_link(&source, &dest).is_err() {
+        if !file.moved || std::fs::hard_link(&source, &dest).is_err() {
             std::fs::copy(&source, &dest)
                 .and_then(|_| std::fs::File::open(&dest)?.sync_all())
                 .map_err(|e| BackupError::io(&source, e))?;
@@ -294,7 +305,7 @@ fn carry(from: &Path, to: &Path, names: &[PathBuf]) -> Result<Vec<PathBuf>, Back
                 .and_then(|f| f.sync_all())
                 .map_err(|e| BackupError::io(d, e))?;
         }
-        carried.push(name.clone());
+        carried.push(file.clone());
     }
     Ok(carried)
 }
