@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -128,8 +128,9 @@ impl Trail {
     }
 
     /// Resolves once settlement has been through every pending row an earlier run left (at
-    /// once when there was none): each is settled, or left for the next boot because it does
-    /// not decode or the writer stopped. Waits for [`Trail::start_settlement`].
+    /// once when there was none): each is settled, or was tried once and failed (it is tried
+    /// again meanwhile, unless it does not decode or the writer stopped). Waits for
+    /// [`Trail::start_settlement`].
     pub async fn boot_settled(&self) {
         let mut settled = self.dual.boot_settled.subscribe();
         // The sender lives in the trail: it cannot close while `self` does.
@@ -158,7 +159,8 @@ struct Settler {
 impl Settler {
     async fn run(self, mut dropped: mpsc::UnboundedReceiver<u64>, shutdown: CancellationToken) {
         let mut tasks = JoinSet::new();
-        // The rows an earlier run left, apart: when they are all through, `boot_settled`.
+        // The first attempts at the rows an earlier run left: when they are all through (each
+        // row settled, or tried once and being tried again), `boot_settled`.
         let mut left = JoinSet::new();
         match self.trail.left_by_crash().await {
             Ok(ids) => {
@@ -166,7 +168,11 @@ impl Settler {
                     dual_events::left_by_crash(ids.len());
                 }
                 for id in ids {
-                    left.spawn(self.one(id, false));
+                    let (tried, first) = oneshot::channel();
+                    tasks.spawn(self.one(id, false, Some(tried)));
+                    left.spawn(async move {
+                        let _ = first.await;
+                    });
                 }
             }
             Err(e) => dual_events::settle_failed(None, &e, None),
@@ -179,7 +185,7 @@ impl Settler {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 id = dropped.recv() => match id {
-                    Some(id) => { tasks.spawn(self.one(id, true)); }
+                    Some(id) => { tasks.spawn(self.one(id, true, None)); }
                     None => break,
                 },
                 Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
@@ -197,12 +203,14 @@ impl Settler {
     /// Settle pending row `id`; `dropped`: its caller just went away, and a write it had in
     /// flight gets one interval to land before the subject is read. A row that cannot be read
     /// or written now (a batch the store refused) is tried again, backing off from the
-    /// interval to [`RETRY_MAX`], while the writer takes changes; a row that does not decode
-    /// is left for the next boot, which reports it again.
+    /// interval to [`RETRY_MAX`] (or the interval, if longer), while the writer takes
+    /// changes; a row that does not decode is left for the next boot, which reports it
+    /// again. `tried` hears when the first attempt is over, however it went.
     fn one(
         &self,
         id: u64,
         dropped: bool,
+        mut tried: Option<oneshot::Sender<()>>,
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
         let (trail, reconcilers, options) =
             (self.trail.clone(), self.reconcilers.clone(), self.options);
@@ -212,7 +220,11 @@ impl Settler {
             }
             let mut backoff = options.interval;
             loop {
-                let e = match settle_one(&trail, &reconcilers, options, id).await {
+                let attempt = settle_one(&trail, &reconcilers, options, id).await;
+                if let Some(tried) = tried.take() {
+                    let _ = tried.send(());
+                }
+                let e = match attempt {
                     Ok(()) => return,
                     Err(e) => e,
                 };
@@ -222,7 +234,7 @@ impl Settler {
                     return;
                 }
                 tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(RETRY_MAX);
+                backoff = (backoff * 2).min(RETRY_MAX.max(options.interval));
             }
         }
     }

@@ -204,14 +204,21 @@ async fn a_settlement_the_store_refused_is_tried_again() {
     let store: Arc<RouteStore> = Arc::new(MemoryStore::<Route>::default());
     stopped_with_pending_on(dir.path(), store.clone()).await;
     let trail = open_trail(dir.path(), true);
-    // The next batch, the settlement's, is refused.
-    fail::cfg("audit::write", "1*return").unwrap();
+    // Every batch, the settlement's, is refused until the store takes writes again.
+    fail::cfg("audit::write", "return").unwrap();
     let settling = settling(
         &trail,
         store,
         Duration::from_millis(100),
         Duration::from_secs(10),
     );
+    // The boot's settlement is through once the row was tried (what waits for it, a
+    // restore's refresh, is not held while the row is tried again).
+    tokio::time::timeout(Duration::from_secs(30), trail.boot_settled())
+        .await
+        .expect("boot settled after the first attempt");
+    assert_eq!(ankusa::audit::pending_rows(trail.store()).unwrap().len(), 1);
+    fail::remove("audit::write");
     wait_settled(trail.store(), Duration::from_secs(10)).await;
     let rows = route_rows(trail.store(), "r1");
     assert_eq!(rows.len(), 2, "{rows:?}");
