@@ -8,6 +8,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::api::{self, AdminState, AppState};
 use crate::audit::{SystemClock, Trail, TrailOptions};
@@ -59,85 +60,12 @@ pub async fn serve(
         ))
     })
     .await??;
-    let stop_publisher = CancellationToken::new();
-    let retention = crate::audit::retention::spawn(trail.clone(), stop_publisher.clone());
-    // Routes live in the route store; pending rows of their dual writes (left by a crash, or
-    // dropped by a caller) are settled by reading the route back, while the node serves.
-    let route_store = routes::open(&config.routes).context("opening the route store")?;
-    let routes = routes::Routes::new(route_store, trail.clone());
-    let sources =
-        RemoteSources::open(&config.sources, &trail).context("opening the source store")?;
-    let mut reconcilers = routes.remote().reconcilers();
-    reconcilers.extend(sources.iter().flat_map(|s| s.remote().reconcilers()));
-    let settlement = trail.start_settlement(
-        reconcilers,
-        config.settlement.options(),
-        stop_publisher.clone(),
-    );
-    // After a restore, routes (and Redis sources) still hold what the lost store did after
-    // the backup: a state refresh for each that the restored trail does not describe. Their
-    // changes wait for it (the gates close here, before the node serves).
-    let mut remote: Vec<Arc<dyn Refreshable>> = vec![Arc::new(routes.remote().clone())];
-    remote.extend(
-        sources
-            .iter()
-            .map(|s| Arc::new(s.remote().clone()) as Arc<dyn Refreshable>),
-    );
-    let refreshing = refresh::start(
-        &trail,
-        remote,
-        RefreshOptions::new(config.settlement.interval),
-        stop_publisher.clone(),
-    );
-    let publisher = lifecycle::start(
-        &config.lifecycle,
-        &config.node.uri,
-        &trail,
-        stop_publisher.clone(),
-    )
-    .await?
-    .map(Arc::new);
-    let (api_config, data_dir) = (config.api.clone(), config.node.data_dir.clone());
-    // With no token configured, the first start makes the admin token and prints it once.
-    let admin = tokio::task::spawn_blocking(move || {
-        AdminState::new(&api_config, &data_dir, &mut std::io::stdout().lock())
-    })
-    .await?
-    .context("setting up the admin API's tokens")?;
-    let ready = Arc::new(AtomicBool::new(false));
-    let state = AppState {
-        trail: trail.clone(),
-        ready: ready.clone(),
-        admin: Arc::new(admin),
-        flagging: config.lifecycle.enabled,
-        lifecycle: publisher.clone(),
-        backup_dir: config.node.backup_dir.clone(),
-        routes,
-        sources,
-    };
-    let addr = listener.local_addr()?;
-    tracing::info!(%addr, seq = *trail.committed().borrow(), "node serving");
-    ready.store(true, Ordering::Release);
-    let served = axum::serve(
-        listener,
-        api::router(state).into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await;
-    ready.store(false, Ordering::Release);
-    // Checked before the writer is asked to stop: then it stops on purpose.
-    let writer_died = !trail.is_taking_changes();
-    tracing::info!("stopped accepting; stopping the publisher and flushing the audit writer");
-    stop_publisher.cancel();
-    if let Some(publisher) = publisher {
-        publisher.join().await;
-    }
-    if let Some(settlement) = settlement {
-        let _ = settlement.await;
-    }
-    if let Some(refreshing) = refreshing {
-        let _ = refreshing.await;
-    }
+    let stop = CancellationToken::new();
+    let retention = crate::audit::retention::spawn(trail.clone(), stop.clone());
+    let served = serve_on(&config, &trail, listener, shutdown, &stop).await;
+    // Whatever ended the serving (a stop, or a part that would not start), the background
+    // tasks stop, the writer flushes, and the store closes.
+    stop.cancel();
     let _ = retention.await;
     trail.shutdown().await;
     drop(trail);
@@ -154,6 +82,93 @@ pub async fn serve(
         );
     } else {
         tracing::info!("store closed");
+    }
+    served
+}
+
+/// Start everything beside the trail (route and source stores, settlement, the restore's
+/// refresh, the publisher, the admin API) and serve until `shutdown`; then stop accepting and
+/// let the tasks stop (`stop`) and the work the API started finish. The caller shuts the trail
+/// down afterwards, whatever this returns.
+async fn serve_on(
+    config: &Config,
+    trail: &Trail,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    stop: &CancellationToken,
+) -> anyhow::Result<()> {
+    // Routes live in the route store; pending rows of their dual writes (left by a crash, or
+    // dropped by a caller) are settled by reading the route back, while the node serves.
+    let route_store = routes::open(&config.routes).context("opening the route store")?;
+    let routes = routes::Routes::new(route_store, trail.clone());
+    let sources =
+        RemoteSources::open(&config.sources, trail).context("opening the source store")?;
+    let mut reconcilers = routes.remote().reconcilers();
+    reconcilers.extend(sources.iter().flat_map(|s| s.remote().reconcilers()));
+    let settlement = trail.start_settlement(reconcilers, config.settlement.options(), stop.clone());
+    // After a restore, routes (and Redis sources) still hold what the lost store did after
+    // the backup: a state refresh for each that the restored trail does not describe. Their
+    // changes wait for it (the gates close here, before the node serves).
+    let mut remote: Vec<Arc<dyn Refreshable>> = vec![Arc::new(routes.remote().clone())];
+    remote.extend(
+        sources
+            .iter()
+            .map(|s| Arc::new(s.remote().clone()) as Arc<dyn Refreshable>),
+    );
+    let refreshing = refresh::start(
+        trail,
+        remote,
+        RefreshOptions::new(config.settlement.interval),
+        stop.clone(),
+    );
+    let publisher = lifecycle::start(&config.lifecycle, &config.node.uri, trail, stop.clone())
+        .await?
+        .map(Arc::new);
+    let (api_config, data_dir) = (config.api.clone(), config.node.data_dir.clone());
+    // With no token configured, the first start makes the admin token and prints it once.
+    let admin = tokio::task::spawn_blocking(move || {
+        AdminState::new(&api_config, &data_dir, &mut std::io::stdout().lock())
+    })
+    .await?
+    .context("setting up the admin API's tokens")?;
+    let ready = Arc::new(AtomicBool::new(false));
+    let work = TaskTracker::new();
+    let state = AppState {
+        trail: trail.clone(),
+        ready: ready.clone(),
+        admin: Arc::new(admin),
+        flagging: config.lifecycle.enabled,
+        lifecycle: publisher.clone(),
+        backup_dir: config.node.backup_dir.clone(),
+        routes,
+        sources,
+        work: work.clone(),
+    };
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, seq = *trail.committed().borrow(), "node serving");
+    ready.store(true, Ordering::Release);
+    let served = axum::serve(
+        listener,
+        api::router(state).into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await;
+    ready.store(false, Ordering::Release);
+    // Checked before the writer is asked to stop: then it stops on purpose.
+    let writer_died = !trail.is_taking_changes();
+    tracing::info!("stopped accepting; stopping the publisher and flushing the audit writer");
+    // Work the API started and a client left (a backup, a sink's enable) gets its row first.
+    work.close();
+    work.wait().await;
+    stop.cancel();
+    if let Some(publisher) = publisher {
+        publisher.join().await;
+    }
+    if let Some(settlement) = settlement {
+        let _ = settlement.await;
+    }
+    if let Some(refreshing) = refreshing {
+        let _ = refreshing.await;
     }
     served.context("serving HTTP")?;
     if writer_died {

@@ -177,3 +177,21 @@ fn token_new_and_hash_agree() {
     assert_eq!(String::from_utf8(out.stdout).unwrap().trim(), digest);
     assert_eq!(digest, ankusa::api::auth::digest_hex(token));
 }
+
+/// A node whose start fails once its store is open (here: the admin token's digest cannot be
+/// read) stops what it started and closes the store before it returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_that_fails_after_the_store_opened_closes_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(data.join(ankusa::api::auth::ADMIN_TOKEN_FILE)).unwrap();
+    let config = config(&data, |v| v["api"]["tokens"] = json!([]));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let served = ankusa::node::serve(config, listener, std::future::pending::<()>());
+    let err = tokio::time::timeout(Duration::from_secs(60), served)
+        .await
+        .expect("the failed start returns")
+        .unwrap_err();
+    assert!(format!("{err:#}").contains("admin API's tokens"), "{err:#}");
+    ankusa::store::Store::open(&data).expect("the store is closed");
+}

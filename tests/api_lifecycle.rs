@@ -4,6 +4,9 @@
 
 #[path = "common/api.rs"]
 mod api;
+#[cfg(feature = "failpoints")]
+#[path = "common/held.rs"]
+mod held;
 #[path = "common/lifecycle.rs"]
 mod lifecycle_support;
 
@@ -304,14 +307,7 @@ async fn an_enable_whose_client_went_away_still_enables_the_sink() {
     receiver.answer(200);
     // The next group is held in the syncer until the client has given up.
     fail::cfg("audit::inline", "return").unwrap();
-    let (release, released) = std::sync::mpsc::channel::<()>();
-    let released = std::sync::Mutex::new(Some(released));
-    fail::cfg_callback("audit::sync_delay", move || {
-        if let Some(released) = released.lock().unwrap().take() {
-            let _ = released.recv();
-        }
-    })
-    .unwrap();
+    let held = held::HeldAt::new("audit::sync_delay");
     let gone = node
         .req(
             Method::POST,
@@ -322,7 +318,7 @@ async fn an_enable_whose_client_went_away_still_enables_the_sink() {
         .send()
         .await;
     assert!(gone.unwrap_err().is_timeout());
-    drop(release);
+    held.release();
     let s = eventually(&node, "/admin/v1/lifecycle", |s| {
         s["sinks"][0]["position"] == 3
     })

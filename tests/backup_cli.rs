@@ -5,6 +5,9 @@
 #[path = "common/api.rs"]
 mod api;
 mod common;
+#[cfg(feature = "failpoints")]
+#[path = "common/held.rs"]
+mod held;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -485,19 +488,14 @@ async fn a_backup_whose_row_cannot_be_written_is_discarded() {
 async fn a_backup_whose_client_went_away_still_gets_its_row() {
     let scenario = fail::FailScenario::setup();
     let (node, _backups, backup_dir) = node_with_sources(&["s1"]).await;
-    let (release, released) = std::sync::mpsc::channel::<()>();
-    let released = std::sync::Mutex::new(released);
-    fail::cfg_callback("api::backup_taken", move || {
-        let _ = released.lock().unwrap().recv();
-    })
-    .unwrap();
+    let held = held::HeldAt::new("api::backup_taken");
     let gone = node
         .req(Method::POST, "/admin/v1/backups", Some(api::WRITER))
         .timeout(std::time::Duration::from_millis(300))
         .send()
         .await;
     assert!(gone.unwrap_err().is_timeout());
-    drop(release);
+    held.release();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let row = loop {
         let rows = node.rows().await;
@@ -513,6 +511,35 @@ async fn a_backup_whose_client_went_away_still_gets_its_row() {
     );
     assert_eq!(listed(&backup_dir), vec![(1, 1)]);
     node.stop().await;
+    scenario.teardown();
+}
+
+/// A node told to stop while a backup its client left is under way waits for it: the backup
+/// is finished and recorded before the writer stops.
+#[cfg(feature = "failpoints")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_waits_for_a_backup_under_way() {
+    let scenario = fail::FailScenario::setup();
+    let (node, _backups, backup_dir) = node_with_sources(&["s1"]).await;
+    let held = held::HeldAt::new("api::backup_taken");
+    let gone = node
+        .req(Method::POST, "/admin/v1/backups", Some(api::WRITER))
+        .timeout(std::time::Duration::from_millis(300))
+        .send()
+        .await;
+    assert!(gone.unwrap_err().is_timeout());
+    // Released once the stop is under way.
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        held.release();
+    });
+    let dir = node.stop().await;
+    releaser.join().unwrap();
+    let store = Store::open(&dir.path().join("data")).unwrap();
+    let rows = all_rows(&store);
+    let row = rows.iter().find(|r| r.action == "backup.create");
+    assert_eq!(row.map(|r| r.resource.as_str()), Some("backups/1"));
+    assert_eq!(listed(&backup_dir), vec![(1, 1)]);
     scenario.teardown();
 }
 

@@ -5,12 +5,15 @@
 #[path = "common/api.rs"]
 mod api;
 mod common;
+#[path = "common/held.rs"]
+mod held;
 
 use std::future::Future;
 
 use ankusa::audit::{CommitError, Trail};
 use ankusa::store::{keys::meta, Cf};
 use common::*;
+use held::HeldAt;
 use serde_json::json;
 use tokio::task::JoinHandle;
 
@@ -62,45 +65,12 @@ where
         .collect()
 }
 
-/// The syncer, held on the next group handed to it until released (or until this is
-/// dropped); every group is handed over (none written on the writer thread), so the test
-/// can have the next group prepared while the first waits.
-struct HeldSyncer {
-    reached: Option<tokio::sync::oneshot::Receiver<()>>,
-    _release: std::sync::mpsc::Sender<()>,
-}
-
-impl HeldSyncer {
-    /// Wait until the syncer holds a group.
-    async fn reached(&mut self) {
-        let reached = self.reached.take().expect("reached once");
-        tokio::time::timeout(std::time::Duration::from_secs(30), reached)
-            .await
-            .expect("a group reached the syncer")
-            .unwrap();
-    }
-
-    /// Let the syncer write the group it holds.
-    fn release(self) {}
-}
-
-fn hold_the_syncer() -> HeldSyncer {
+/// The syncer, held on the next group handed to it until released; every group is handed
+/// over (none written on the writer thread), so the test can have the next group prepared
+/// while the first waits.
+fn hold_the_syncer() -> HeldAt {
     fail::cfg("audit::inline", "return").unwrap();
-    let (reached, heard) = tokio::sync::oneshot::channel();
-    let (release, released) = std::sync::mpsc::channel::<()>();
-    let first = std::sync::Mutex::new(Some((reached, released)));
-    fail::cfg_callback("audit::sync_delay", move || {
-        if let Some((reached, released)) = first.lock().unwrap().take() {
-            let _ = reached.send(());
-            // Returns when the test's end of the channel is dropped.
-            let _ = released.recv();
-        }
-    })
-    .unwrap();
-    HeldSyncer {
-        reached: Some(heard),
-        _release: release,
-    }
+    HeldAt::new("audit::sync_delay")
 }
 
 /// Update `id`'s secret to `secret` in a task; resolves (with the task) once the change is

@@ -34,14 +34,14 @@ pub struct NewBackup {}
 /// `POST /admin/v1/backups` (scope `admin:write`): 201 with the backup's id, time, size and
 /// the `m:audit_seq` it holds; `X-Audit-Seq` is the seq of its `backup.create` row.
 ///
-/// The work runs in a task of its own: a client that goes away mid-backup drops this
-/// handler, but the backup then still gets its row (or is discarded), never neither.
+/// The work runs to the end ([`AppState::finish`]): a client that goes away mid-backup drops
+/// this handler, but the backup still gets its row (or is discarded), never neither.
 pub async fn create(
     WriteContext(ctx): WriteContext,
     State(state): State<AppState>,
     OptionalJson(_options): OptionalJson<NewBackup>,
 ) -> Result<Response, ApiError> {
-    let (info, row) = tokio::spawn(back_up_and_record(state, ctx)).await??;
+    let (info, row) = state.finish(back_up_and_record(state.clone(), ctx)).await?;
     Ok(created(&info, row))
 }
 

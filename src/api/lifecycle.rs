@@ -115,11 +115,14 @@ pub async fn enable(
 ) -> Result<Json<Value>, ApiError> {
     let publisher = state.lifecycle.clone();
     let publisher = publisher.ok_or_else(|| unknown_sink(&sink))?;
-    // In a task of its own: a client that goes away once the row is on its way does not
-    // leave the row without the enable.
+    // To the end: a client that goes away once the row is on its way does not leave the row
+    // without the enable.
     let (trail, name) = (state.trail.clone(), sink.clone());
-    let enabled = tokio::spawn(async move { publisher.enable(&trail, ctx, &name).await }).await?;
-    let row = enabled.map_err(|e| {
+    let enabled = state.finish(async move {
+        let enabled = publisher.enable(&trail, ctx, &name).await;
+        Ok::<_, ApiError>(enabled)
+    });
+    let row = enabled.await?.map_err(|e| {
         ApiError::uncommitted(e, |refused| match refused {
             EnableRefused::NoSuchSink => unknown_sink(&sink),
             EnableRefused::NotDisabled => ApiError::Conflict {

@@ -59,6 +59,20 @@ pub struct AppState {
     pub routes: crate::subjects::routes::Routes,
     /// The sources' Redis store when `[sources] store = "redis"` (`None`: they are local).
     pub sources: Option<crate::subjects::sources_remote::RemoteSources>,
+    /// Work a request started that must end with its row even if its client goes away
+    /// ([`AppState::spawn`]); the node waits for it before it stops the writer.
+    pub work: tokio_util::task::TaskTracker,
+}
+
+impl AppState {
+    /// Run `work` in a task of its own, to the end, and wait for it: a client that goes away
+    /// drops the handler, never the change (whose row and effect then go together).
+    pub async fn finish<T: Send + 'static>(
+        &self,
+        work: impl std::future::Future<Output = Result<T, ApiError>> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        self.work.spawn(work).await?
+    }
 }
 
 /// The admin API's settings, fixed at start.

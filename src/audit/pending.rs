@@ -294,19 +294,14 @@ pub(crate) fn finish(w: &mut Writer, g: &mut Group, at: u64, req: FinishReq) -> 
             reply: req.reply,
         };
     }
-    let row = load(w, g, req.id).map(|found| {
-        found
-            .map(|mut p| {
-                let (result, entity) = match req.how {
-                    Finish::Applied => (RowResult::Ok, entity_of(w, g, req.id, &mut p)?),
-                    Finish::NotApplied => (RowResult::Failed, None),
-                    Finish::Unknown | Finish::Refused => (RowResult::Interrupted, None),
-                };
-                Ok(into_trail(w, g, at, req.id, p, result, false, entity))
-            })
-            .transpose()
+    let how = req.how;
+    let row = move_into_trail(w, g, at, req.id, |w, g, p| {
+        Ok(match how {
+            Finish::Applied => (RowResult::Ok, false, entity_of(w, g, req.id, p)?),
+            Finish::NotApplied => (RowResult::Failed, false, None),
+            Finish::Unknown | Finish::Refused => (RowResult::Interrupted, false, None),
+        })
     });
-    let row = row.and_then(|r| r);
     Answer::Settled {
         row,
         reply: req.reply,
@@ -324,31 +319,42 @@ pub(crate) fn settle(w: &mut Writer, g: &mut Group, at: u64, req: SettleReq) -> 
         presence,
         reply,
     } = req;
-    let row = load(w, g, id).map(|found| {
-        found
-            .map(|mut p| {
-                let (result, refresh, entity) = match presence {
-                    Presence::Read(present) => {
-                        let hash = w.hasher.hash(present.as_ref().map(|p| &p.state));
-                        if hash == p.after_hash {
-                            (RowResult::Ok, false, entity_of(w, g, id, &mut p)?)
-                        } else if hash == p.before_hash {
-                            (RowResult::Failed, false, None)
-                        } else {
-                            let view = present.map_or(Value::Null, |p| p.view);
-                            (RowResult::Interrupted, true, Some(view))
-                        }
-                    }
-                    Presence::Unreadable | Presence::Unreconciled => {
-                        (RowResult::Interrupted, false, None)
-                    }
-                };
-                Ok(into_trail(w, g, at, id, p, result, refresh, entity))
-            })
-            .transpose()
+    let row = move_into_trail(w, g, at, id, |w, g, p| {
+        Ok(match presence {
+            Presence::Read(present) => {
+                let hash = w.hasher.hash(present.as_ref().map(|p| &p.state));
+                if hash == p.after_hash {
+                    (RowResult::Ok, false, entity_of(w, g, id, p)?)
+                } else if hash == p.before_hash {
+                    (RowResult::Failed, false, None)
+                } else {
+                    let view = present.map_or(Value::Null, |p| p.view);
+                    (RowResult::Interrupted, true, Some(view))
+                }
+            }
+            Presence::Unreadable | Presence::Unreconciled => (RowResult::Interrupted, false, None),
+        })
     });
-    let row = row.and_then(|r| r);
     Answer::Settled { row, reply }
+}
+
+/// How a pending row went: its result, whether it is flagged for a state refresh, and the
+/// entity its event carries (`None`: no event).
+type Outcome = (RowResult, bool, Option<Value>);
+
+/// Pending row `id`, if it is still there, moved into the trail as `decide` says it went.
+fn move_into_trail(
+    w: &mut Writer,
+    g: &mut Group,
+    at: u64,
+    id: u64,
+    decide: impl FnOnce(&Writer, &Group, &mut PendingRow) -> Result<Outcome, StoreError>,
+) -> Result<Option<Box<Row>>, StoreError> {
+    let Some(mut p) = load(w, g, id)? else {
+        return Ok(None);
+    };
+    let (result, refresh, entity) = decide(w, g, &mut p)?;
+    Ok(Some(into_trail(w, g, at, id, p, result, refresh, entity)))
 }
 
 /// The redacted entity of pending row `id`: at `q`+id as the group sees it, or in the row

@@ -725,10 +725,11 @@ impl Writer {
         }
     }
 
-    /// Offer one change to the group. An operator's change is first checked against the
-    /// outbox backlog; then it validates itself; then the trail is pruned (oldest first,
-    /// below the cursor) to make room for its row under the ceilings, in the group's batch,
-    /// and an operator's change that still does not fit is refused. Accepted, it takes the
+    /// Offer one change to the group. It validates itself first (a change that would change
+    /// nothing hears why); then an operator's change is checked against the outbox backlog;
+    /// then the trail is pruned (oldest first, below the cursor) to make room for its row
+    /// under the ceilings, in the group's batch, and an operator's change that still does not
+    /// fit is refused. Accepted, it takes the
     /// next seq and its ops, row and outbox entity go into the batch. Each change is decided
     /// against the group so far, so the counters stay exact.
     fn take_change(

@@ -176,11 +176,7 @@ impl Publisher {
         }
         let sink = name.to_owned();
         let committed = trail
-            .commit(ctx, move |_| {
-                let change = Change::new("sink.enable", format!("sinks/{sink}"))
-                    .detail("sink", sink.clone());
-                Ok((change, ()))
-            })
+            .commit(ctx, move |_| Ok((sink_change("sink.enable", &sink), ())))
             .await?;
         self.enables[index].send_modify(|count| *count += 1);
         status::update(status, |s| s.state = SinkState::Running);
@@ -226,6 +222,11 @@ struct Lane {
     position: u64,
     /// The outbox readers started (each on the blocking pool), awaited when the lane ends.
     readers: TaskTracker,
+}
+
+/// A change of sink `sink`'s state (`sink.enable`, `sink.disable`): resource `sinks/<name>`.
+fn sink_change(action: &str, sink: &str) -> Change {
+    Change::new(action, format!("sinks/{sink}")).detail("sink", sink)
 }
 
 /// What stopped a batch short.
@@ -507,8 +508,7 @@ impl Lane {
         let committed = self
             .trail
             .commit(Context::system(), move |_| {
-                let change = Change::new("sink.disable", format!("sinks/{sink}"))
-                    .detail("sink", sink.clone())
+                let change = sink_change("sink.disable", &sink)
                     .detail("reason", reason.clone())
                     .detail("position", position);
                 Ok::<_, CommitError<std::convert::Infallible>>((change, ()))
