@@ -97,12 +97,26 @@ async fn serve_on(
     shutdown: impl Future<Output = ()> + Send + 'static,
     stop: &CancellationToken,
 ) -> anyhow::Result<()> {
+    // Everything that can fail comes before any task starts: a start that fails leaves
+    // nothing running beside the trail, which the caller shuts down.
+    let addr = listener.local_addr()?;
+    let (api_config, data_dir) = (config.api.clone(), config.node.data_dir.clone());
+    // With no token configured, the first start makes the admin token and prints it once.
+    let admin = tokio::task::spawn_blocking(move || {
+        AdminState::new(&api_config, &data_dir, &mut std::io::stdout().lock())
+    })
+    .await?
+    .context("setting up the admin API's tokens")?;
     // Routes live in the route store; pending rows of their dual writes (left by a crash, or
     // dropped by a caller) are settled by reading the route back, while the node serves.
     let route_store = routes::open(&config.routes).context("opening the route store")?;
     let routes = routes::Routes::new(route_store, trail.clone());
     let sources =
         RemoteSources::open(&config.sources, trail).context("opening the source store")?;
+    // The publisher's lanes start once every sink is built and every position read.
+    let publisher = lifecycle::start(&config.lifecycle, &config.node.uri, trail, stop.clone())
+        .await?
+        .map(Arc::new);
     let mut reconcilers = routes.remote().reconcilers();
     reconcilers.extend(sources.iter().flat_map(|s| s.remote().reconcilers()));
     let settlement = trail.start_settlement(reconcilers, config.settlement.options(), stop.clone());
@@ -121,16 +135,6 @@ async fn serve_on(
         RefreshOptions::new(config.settlement.interval),
         stop.clone(),
     );
-    let publisher = lifecycle::start(&config.lifecycle, &config.node.uri, trail, stop.clone())
-        .await?
-        .map(Arc::new);
-    let (api_config, data_dir) = (config.api.clone(), config.node.data_dir.clone());
-    // With no token configured, the first start makes the admin token and prints it once.
-    let admin = tokio::task::spawn_blocking(move || {
-        AdminState::new(&api_config, &data_dir, &mut std::io::stdout().lock())
-    })
-    .await?
-    .context("setting up the admin API's tokens")?;
     let ready = Arc::new(AtomicBool::new(false));
     let work = TaskTracker::new();
     let state = AppState {
@@ -144,7 +148,6 @@ async fn serve_on(
         sources,
         work: work.clone(),
     };
-    let addr = listener.local_addr()?;
     tracing::info!(%addr, seq = *trail.committed().borrow(), "node serving");
     ready.store(true, Ordering::Release);
     let served = axum::serve(
@@ -159,6 +162,12 @@ async fn serve_on(
     tracing::info!("stopped accepting; stopping the publisher and flushing the audit writer");
     // Work the API started and a client left (a backup, a sink's enable) gets its row first.
     work.close();
+    if !work.is_empty() {
+        tracing::info!(
+            tasks = work.len(),
+            "waiting for work requests started (a backup, a sink's enable) to be recorded"
+        );
+    }
     work.wait().await;
     stop.cancel();
     if let Some(publisher) = publisher {

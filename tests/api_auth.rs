@@ -185,7 +185,13 @@ async fn a_start_that_fails_after_the_store_opened_closes_the_store() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     std::fs::create_dir_all(data.join(ankusa::api::auth::ADMIN_TOKEN_FILE)).unwrap();
-    let config = config(&data, |v| v["api"]["tokens"] = json!([]));
+    let events = dir.path().join("events.jsonl");
+    let config = config(&data, |v| {
+        v["api"]["tokens"] = json!([]);
+        // A sink whose lane, had it started, would hold the store too.
+        v["lifecycle"]["sinks"] = json!(["file"]);
+        v["lifecycle"]["sink"]["file"]["path"] = json!(events);
+    });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let served = ankusa::node::serve(config, listener, std::future::pending::<()>());
     let err = tokio::time::timeout(Duration::from_secs(60), served)

@@ -173,7 +173,9 @@ async fn create_list_and_restore_a_stopped_store() {
         format!(
             "[lifecycle]\nsinks = [\"inside\", \"outside\"]\n\
              [lifecycle.sink.inside]\nkind = \"file\"\npath = {:?}\n\
+             [lifecycle.sink.again]\nkind = \"file\"\npath = {:?}\n\
              [lifecycle.sink.outside]\nkind = \"file\"\npath = {:?}\n",
+            s(&events),
             s(&events),
             s(&outside)
         ),
@@ -521,20 +523,22 @@ async fn a_backup_whose_client_went_away_still_gets_its_row() {
 async fn a_stop_waits_for_a_backup_under_way() {
     let scenario = fail::FailScenario::setup();
     let (node, _backups, backup_dir) = node_with_sources(&["s1"]).await;
-    let held = held::HeldAt::new("api::backup_taken");
+    let mut held = held::HeldAt::new("api::backup_taken");
     let gone = node
         .req(Method::POST, "/admin/v1/backups", Some(api::WRITER))
         .timeout(std::time::Duration::from_millis(300))
         .send()
         .await;
     assert!(gone.unwrap_err().is_timeout());
-    // Released once the stop is under way.
-    let releaser = std::thread::spawn(move || {
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        held.release();
-    });
-    let dir = node.stop().await;
-    releaser.join().unwrap();
+    held.reached().await;
+    // Released once the node has stopped accepting (its stop under way).
+    let url = node.url("/readyz");
+    let stopping = tokio::spawn(node.stop());
+    while reqwest::get(&url).await.is_ok() {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    held.release();
+    let dir = stopping.await.unwrap();
     let store = Store::open(&dir.path().join("data")).unwrap();
     let rows = all_rows(&store);
     let row = rows.iter().find(|r| r.action == "backup.create");

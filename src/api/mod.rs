@@ -60,7 +60,7 @@ pub struct AppState {
     /// The sources' Redis store when `[sources] store = "redis"` (`None`: they are local).
     pub sources: Option<crate::subjects::sources_remote::RemoteSources>,
     /// Work a request started that must end with its row even if its client goes away
-    /// ([`AppState::spawn`]); the node waits for it before it stops the writer.
+    /// ([`AppState::finish`]); the node waits for it before it stops the writer.
     pub work: tokio_util::task::TaskTracker,
 }
 

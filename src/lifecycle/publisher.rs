@@ -119,14 +119,18 @@ impl Publisher {
             .iter()
             .map(|s| (s.name.clone(), s.sink.clone()))
             .collect();
-        for spec in sinks {
-            let position = {
-                let store = trail.store().clone();
-                let name = meta::sink_cursor(&spec.name);
-                tokio::task::spawn_blocking(move || store.meta_u64(&name))
-                    .await
-                    .map_err(|e| StoreError::Unavailable(e.to_string()))??
-            };
+        // Every position is read before any lane starts: a read that fails leaves none
+        // running.
+        let mut positions = Vec::with_capacity(sinks.len());
+        for spec in &sinks {
+            let store = trail.store().clone();
+            let name = meta::sink_cursor(&spec.name);
+            let position = tokio::task::spawn_blocking(move || store.meta_u64(&name))
+                .await
+                .map_err(|e| StoreError::Unavailable(e.to_string()))??;
+            positions.push(position);
+        }
+        for (spec, position) in sinks.into_iter().zip(positions) {
             let status = status::starting(&spec.name, spec.sink.kind(), position);
             let (enable, enabled) = watch::channel(0);
             let lane = Lane {

@@ -253,11 +253,12 @@ fn mark_pending(path: &Path, backup_id: u32, now_ms: u64) -> Result<u64, BackupE
 }
 
 /// Make `tmp` and `target` trade places: in one atomic rename where the file system can,
-/// else by [`exchange_by_renames`].
-fn exchange(tmp: &Path, target: &Path) -> Result<(), BackupError> {
+/// else by [`exchange_by_renames`]. Returns where what was at `target` is now (`tmp`, unless
+/// the fallback's last rename failed). An error means `target` is as it was.
+fn exchange(tmp: &Path, target: &Path) -> Result<PathBuf, BackupError> {
     use rustix::fs::{renameat_with, RenameFlags, CWD};
     match renameat_with(CWD, tmp, CWD, target, RenameFlags::EXCHANGE) {
-        Ok(()) => Ok(()),
+        Ok(()) => Ok(tmp.to_owned()),
         // Not supported here (the file system, or an old kernel).
         Err(e) if e == rustix::io::Errno::INVAL || e == rustix::io::Errno::NOSYS => {
             exchange_by_renames(tmp, target)
@@ -268,8 +269,9 @@ fn exchange(tmp: &Path, target: &Path) -> Result<(), BackupError> {
 
 /// [`exchange`] in three renames: `target` aside (to `tmp`'s name with `.old`), `tmp` into
 /// its place, then the old `target` to `tmp`'s name; `target` is put back if `tmp` cannot go
-/// in. Between the first two, nothing is at `target`.
-fn exchange_by_renames(tmp: &Path, target: &Path) -> Result<(), BackupError> {
+/// in. Between the first two, nothing is at `target`. Once `tmp` is in, the exchange is done:
+/// should the last rename fail, the old `target` stays at the `.old` name, which is returned.
+fn exchange_by_renames(tmp: &Path, target: &Path) -> Result<PathBuf, BackupError> {
     let mut swapped = tmp.as_os_str().to_owned();
     swapped.push(".old");
     let swapped = PathBuf::from(swapped);
@@ -278,15 +280,30 @@ fn exchange_by_renames(tmp: &Path, target: &Path) -> Result<(), BackupError> {
         let _ = std::fs::rename(&swapped, target);
         return Err(BackupError::io(target, e));
     }
-    std::fs::rename(&swapped, tmp).map_err(|e| BackupError::io(&swapped, e))
+    match std::fs::rename(&swapped, tmp) {
+        Ok(()) => Ok(tmp.to_owned()),
+        Err(e) => {
+            tracing::warn!(dir = %swapped.display(), error = %e, "the restored store is in place; what it replaced stays under this name");
+            Ok(swapped)
+        }
+    }
 }
 
 /// Put the files `carry` of the store at `from` into `to`: those to be moved as hard links
 /// where the file system allows (a file sink's events may be large), copies otherwise;
 /// durable, with the directories made for them. Returns those that were there.
 fn carry(from: &Path, to: &Path, carry: &[Carry]) -> Result<Vec<Carry>, BackupError> {
-    let mut carried = Vec::new();
+    let mut carried: Vec<Carry> = Vec::new();
     for file in carry {
+        // Only paths inside the store, each once: a second link or copy onto the same file
+        // would truncate it.
+        let inside = file
+            .path
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !inside || carried.iter().any(|c| c.path == file.path) {
+            continue;
+        }
         let source = from.join(&file.path);
         if !source.is_file() {
             continue;
@@ -294,6 +311,12 @@ fn carry(from: &Path, to: &Path, carry: &[Carry]) -> Result<Vec<Carry>, BackupEr
         let dest = to.join(&file.path);
         let dir = dest.parent().unwrap_or(to);
         std::fs::create_dir_all(dir).map_err(|e| BackupError::io(dir, e))?;
+        if dest.exists() {
+            return Err(BackupError::Refused(format!(
+                "{} is in the backup too: not carrying the replaced store's over it",
+                file.path.display()
+            )));
+        }
         if !file.moved || std::fs::hard_link(&source, &dest).is_err() {
             std::fs::copy(&source, &dest)
                 .and_then(|_| std::fs::File::open(&dest)?.sync_all())
@@ -329,12 +352,16 @@ fn swap(
             None
         }
         Target::Empty => {
-            exchange(tmp, target)?;
-            // `tmp` is the empty directory now.
-            if let Err(e) = std::fs::remove_dir(tmp) {
-                tracing::warn!(dir = %tmp.display(), error = %e, "the restore is in place; the empty directory it replaced is left behind");
+            let old = exchange(tmp, target)?;
+            // The empty directory, unless something (a node starting meanwhile) wrote into
+            // it: then it is kept and reported like a replaced store.
+            match std::fs::remove_dir(&old) {
+                Ok(()) => None,
+                Err(e) => {
+                    tracing::warn!(dir = %old.display(), error = %e, "the restore is in place; the directory it replaced is kept");
+                    Some(old)
+                }
             }
-            None
         }
         Target::Store { .. } => {
             let stamp = chrono::DateTime::from_timestamp_millis(now_ms as i64)
@@ -343,14 +370,14 @@ fn swap(
             let mut name = target.as_os_str().to_owned();
             name.push(format!(".replaced-{stamp}"));
             let aside = PathBuf::from(name);
-            exchange(tmp, target)?;
-            // `tmp` is the replaced store now: a crash before this rename leaves it there,
-            // whole, under the temporary name; so does a rename that fails.
-            match rename_aside(tmp, &aside) {
+            let old = exchange(tmp, target)?;
+            // `old` is the replaced store: a crash before this rename leaves it there, whole,
+            // under its temporary name; so does a rename that fails.
+            match rename_aside(&old, &aside) {
                 Ok(()) => Some(aside),
                 Err(e) => {
-                    tracing::warn!(store = %tmp.display(), error = %e, "the restore is in place; the replaced store stays under its temporary name");
-                    Some(tmp.to_owned())
+                    tracing::warn!(store = %old.display(), error = %e, "the restore is in place; the replaced store stays under its temporary name");
+                    Some(old)
                 }
             }
         }
@@ -382,7 +409,7 @@ mod tests {
     /// else beside them.
     #[test]
     fn exchanges_trade_two_directories() {
-        type Trade = fn(&Path, &Path) -> Result<(), BackupError>;
+        type Trade = fn(&Path, &Path) -> Result<PathBuf, BackupError>;
         for trade in [exchange as Trade, exchange_by_renames] {
             let dir = tempfile::tempdir().unwrap();
             let (a, b) = (dir.path().join("a"), dir.path().join("b"));
@@ -390,7 +417,7 @@ mod tests {
                 std::fs::create_dir(path).unwrap();
                 std::fs::write(path.join(marker), marker).unwrap();
             }
-            trade(&a, &b).unwrap();
+            assert_eq!(trade(&a, &b).unwrap(), a);
             assert!(a.join("from-b").is_file() && b.join("from-a").is_file());
             assert!(!a.join("from-a").exists() && !b.join("from-b").exists());
             let mut names: Vec<String> = std::fs::read_dir(dir.path())

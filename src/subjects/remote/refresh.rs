@@ -201,7 +201,8 @@ pub fn start(
     let trail = trail.clone();
     Some(tokio::spawn(async move {
         tokio::select! {
-            // Settlement first says what the pending rows an earlier run left came to.
+            // Settlement first tries every pending row an earlier run left (one the store
+            // keeps refusing is tried again beside the refresh).
             _ = trail.boot_settled() => {}
             _ = shutdown.cancelled() => return None,
         }
