@@ -483,6 +483,21 @@ async fn a_backup_whose_row_cannot_be_written_is_discarded() {
     scenario.teardown();
 }
 
+/// A backup asked of `node` whose client gave up while it was under way, held just after the
+/// backup was taken (before its row) until the hold is released.
+#[cfg(feature = "failpoints")]
+async fn backup_left_by_its_client(node: &api::TestNode) -> held::HeldAt {
+    let mut held = held::HeldAt::new("api::backup_taken");
+    let gone = node
+        .req(Method::POST, "/admin/v1/backups", Some(api::WRITER))
+        .timeout(std::time::Duration::from_millis(300))
+        .send()
+        .await;
+    assert!(gone.unwrap_err().is_timeout());
+    held.reached().await;
+    held
+}
+
 /// A client that gives up on a backup under way does not leave it without its row: the
 /// backup is finished and recorded all the same.
 #[cfg(feature = "failpoints")]
@@ -490,13 +505,7 @@ async fn a_backup_whose_row_cannot_be_written_is_discarded() {
 async fn a_backup_whose_client_went_away_still_gets_its_row() {
     let scenario = fail::FailScenario::setup();
     let (node, _backups, backup_dir) = node_with_sources(&["s1"]).await;
-    let held = held::HeldAt::new("api::backup_taken");
-    let gone = node
-        .req(Method::POST, "/admin/v1/backups", Some(api::WRITER))
-        .timeout(std::time::Duration::from_millis(300))
-        .send()
-        .await;
-    assert!(gone.unwrap_err().is_timeout());
+    let held = backup_left_by_its_client(&node).await;
     held.release();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let row = loop {
@@ -523,14 +532,7 @@ async fn a_backup_whose_client_went_away_still_gets_its_row() {
 async fn a_stop_waits_for_a_backup_under_way() {
     let scenario = fail::FailScenario::setup();
     let (node, _backups, backup_dir) = node_with_sources(&["s1"]).await;
-    let mut held = held::HeldAt::new("api::backup_taken");
-    let gone = node
-        .req(Method::POST, "/admin/v1/backups", Some(api::WRITER))
-        .timeout(std::time::Duration::from_millis(300))
-        .send()
-        .await;
-    assert!(gone.unwrap_err().is_timeout());
-    held.reached().await;
+    let held = backup_left_by_its_client(&node).await;
     // Released once the node has stopped accepting (its stop under way).
     let url = node.url("/readyz");
     let stopping = tokio::spawn(node.stop());
