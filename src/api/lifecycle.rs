@@ -113,24 +113,24 @@ pub async fn enable(
     State(state): State<AppState>,
     ApiPath(sink): ApiPath<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let publisher = state.lifecycle.clone();
-    let publisher = publisher.ok_or_else(|| unknown_sink(&sink))?;
+    let publisher = state.lifecycle.clone().ok_or_else(|| unknown_sink(&sink))?;
     // To the end: a client that goes away once the row is on its way does not leave the row
     // without the enable.
     let (trail, name) = (state.trail.clone(), sink.clone());
-    let enabled = state.finish(async move {
-        let enabled = publisher.enable(&trail, ctx, &name).await;
-        Ok::<_, ApiError>(enabled)
-    });
-    let row = enabled.await?.map_err(|e| {
-        ApiError::uncommitted(e, |refused| match refused {
-            EnableRefused::NoSuchSink => unknown_sink(&sink),
-            EnableRefused::NotDisabled => ApiError::Conflict {
-                code: "conflict",
-                message: format!("lifecycle sink {sink:?} is not disabled"),
-            },
+    let row = state
+        .finish(async move {
+            let enabled = publisher.enable(&trail, ctx, &name).await;
+            enabled.map_err(|e| {
+                ApiError::uncommitted(e, |refused| match refused {
+                    EnableRefused::NoSuchSink => unknown_sink(&name),
+                    EnableRefused::NotDisabled => ApiError::Conflict {
+                        code: "conflict",
+                        message: format!("lifecycle sink {name:?} is not disabled"),
+                    },
+                })
+            })
         })
-    })?;
+        .await?;
     Ok(Json(json!({"enabled": sink, "audit_seq": row})))
 }
 

@@ -119,17 +119,23 @@ impl Publisher {
             .iter()
             .map(|s| (s.name.clone(), s.sink.clone()))
             .collect();
-        // Every position is read before any lane starts: a read that fails leaves none
-        // running.
-        let mut positions = Vec::with_capacity(sinks.len());
-        for spec in &sinks {
-            let store = trail.store().clone();
-            let name = meta::sink_cursor(&spec.name);
-            let position = tokio::task::spawn_blocking(move || store.meta_u64(&name))
-                .await
-                .map_err(|e| StoreError::Unavailable(e.to_string()))??;
-            positions.push(position);
-        }
+        // Every position is read, off the runtime, before any lane starts: a read that fails
+        // leaves none running.
+        let (store, cursors) = (
+            trail.store().clone(),
+            sinks
+                .iter()
+                .map(|s| meta::sink_cursor(&s.name))
+                .collect::<Vec<_>>(),
+        );
+        let positions = tokio::task::spawn_blocking(move || {
+            cursors
+                .iter()
+                .map(|cursor| store.meta_u64(cursor))
+                .collect::<Result<Vec<u64>, StoreError>>()
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(e.to_string()))??;
         for (spec, position) in sinks.into_iter().zip(positions) {
             let status = status::starting(&spec.name, spec.sink.kind(), position);
             let (enable, enabled) = watch::channel(0);
