@@ -1,5 +1,5 @@
 //! The node's HTTP surface: health, readiness and metrics, and the admin API under
-//! `/admin/v1` (routes in `routes.rs`, one file per resource).
+//! `/admin/v1` (the router table in `router.rs`, one file per resource).
 //!
 //! Handlers never touch RocksDB on a tokio worker directly: reads go through
 //! `spawn_blocking`, writes through the trail's writer. Every error becomes a response in
@@ -17,10 +17,10 @@ pub mod lifecycle;
 pub mod overrides;
 pub mod quarantine;
 pub mod replay;
+pub mod router;
 pub mod routes;
 pub mod sources;
 pub mod subject;
-pub mod tenant_routes;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -104,7 +104,7 @@ impl AdminState {
 
 /// The whole HTTP router.
 pub fn router(state: AppState) -> Router {
-    let (admin, _) = routes::admin();
+    let (admin, _) = router::admin();
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))

@@ -1,162 +1,72 @@
-//! The admin API's routes, declared once, in a table that both builds the router and lists
-//! what it serves.
+//! `/admin/v1/tenants/{tenant}/routes`: create, read, list, patch and delete routes, which
+//! live in the route store (memory or Redis), not in this node's RocksDB.
 //!
-//! axum cannot list a router's routes, so [`admin`] records each `(method, path)` as it
-//! adds it; a test compares that list with `openapi/admin-v1.json` both ways, so the
-//! document can never describe a route that is not served or miss one that is.
+//! The same shapes as the local subjects (`subject.rs`): `ETag` revisions, `If-Match`,
+//! `X-Audit-Seq` on a write that wrote a row. A write whose route store did not answer is a
+//! 503 like any unavailable store; its pending row is settled by reading the route back.
 
-use axum::handler::Handler;
-use axum::http::{header, Method};
-use axum::response::IntoResponse;
-use axum::routing::{self, MethodRouter};
-use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::Json;
 
-use super::{
-    audit, backups, lifecycle, overrides, quarantine, replay, sources, subject, tenant_routes,
-    AppState,
-};
-use crate::subjects::overrides::Override;
-use crate::subjects::quarantine::Quarantine;
-use crate::subjects::replay::ReplayJob;
+use super::auth::{AdminRead, Authorized};
+use super::context::WriteContext;
+use super::error::ApiError;
+use super::extract::{ApiJson, ApiPath, ApiQuery, IfMatchHeader};
+use super::subject::{get_remote, list_remote, written, PageQuery};
+use super::AppState;
+use crate::subjects::routes::{NewRoute, RoutePatch};
 
-/// Every admin route starts with this.
-pub const PREFIX: &str = "/admin/v1";
-
-/// The OpenAPI document of the admin API, kept in the repository.
-pub const OPENAPI: &str = include_str!("../../openapi/admin-v1.json");
-
-/// A router under construction and the routes added to it.
-struct Table {
-    router: Router<AppState>,
-    routes: Vec<(Method, &'static str)>,
+/// `GET`: one page of the tenant's routes, in id order.
+pub async fn list(
+    _: Authorized<AdminRead>,
+    State(state): State<AppState>,
+    ApiPath(tenant): ApiPath<String>,
+    ApiQuery(query): ApiQuery<PageQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    list_remote(state.routes.remote(), &tenant, query).await
 }
 
-impl Table {
-    fn add<H, T>(
-        mut self,
-        method: Method,
-        path: &'static str,
-        handler: H,
-        on: fn(H) -> MethodRouter<AppState>,
-    ) -> Table
-    where
-        H: Handler<T, AppState>,
-        T: 'static,
-    {
-        self.router = self.router.route(path, on(handler));
-        self.routes.push((method, path));
-        self
-    }
-
-    fn get<H: Handler<T, AppState>, T: 'static>(self, path: &'static str, h: H) -> Table {
-        self.add(Method::GET, path, h, routing::get::<H, T, AppState>)
-    }
-
-    fn post<H: Handler<T, AppState>, T: 'static>(self, path: &'static str, h: H) -> Table {
-        self.add(Method::POST, path, h, routing::post::<H, T, AppState>)
-    }
-
-    fn put<H: Handler<T, AppState>, T: 'static>(self, path: &'static str, h: H) -> Table {
-        self.add(Method::PUT, path, h, routing::put::<H, T, AppState>)
-    }
-
-    fn patch<H: Handler<T, AppState>, T: 'static>(self, path: &'static str, h: H) -> Table {
-        self.add(Method::PATCH, path, h, routing::patch::<H, T, AppState>)
-    }
-
-    fn delete<H: Handler<T, AppState>, T: 'static>(self, path: &'static str, h: H) -> Table {
-        self.add(Method::DELETE, path, h, routing::delete::<H, T, AppState>)
-    }
+/// `GET .../{id}`: one route, with its revision as `ETag`.
+pub async fn get(
+    _: Authorized<AdminRead>,
+    State(state): State<AppState>,
+    ApiPath((tenant, id)): ApiPath<(String, String)>,
+) -> Result<Response, ApiError> {
+    get_remote(state.routes.remote(), &tenant, &id).await
 }
 
-/// The admin router and the `(method, path)` of every route it serves.
-pub fn admin() -> (Router<AppState>, Vec<(Method, &'static str)>) {
-    let table = Table {
-        router: Router::new(),
-        routes: Vec::new(),
-    }
-    .get("/admin/v1/openapi.json", openapi)
-    .get("/admin/v1/tenants/{tenant}/sources", sources::list)
-    .post("/admin/v1/tenants/{tenant}/sources", sources::create)
-    .get("/admin/v1/tenants/{tenant}/sources/{id}", sources::get)
-    .patch("/admin/v1/tenants/{tenant}/sources/{id}", sources::update)
-    .delete("/admin/v1/tenants/{tenant}/sources/{id}", sources::delete)
-    .get("/admin/v1/tenants/{tenant}/routes", tenant_routes::list)
-    .post("/admin/v1/tenants/{tenant}/routes", tenant_routes::create)
-    .get("/admin/v1/tenants/{tenant}/routes/{id}", tenant_routes::get)
-    .patch(
-        "/admin/v1/tenants/{tenant}/routes/{id}",
-        tenant_routes::update,
-    )
-    .delete(
-        "/admin/v1/tenants/{tenant}/routes/{id}",
-        tenant_routes::delete,
-    )
-    .get(
-        "/admin/v1/tenants/{tenant}/overrides",
-        subject::list::<Override>,
-    )
-    .get(
-        "/admin/v1/tenants/{tenant}/overrides/{key}",
-        subject::get::<Override>,
-    )
-    .put("/admin/v1/tenants/{tenant}/overrides/{key}", overrides::set)
-    .delete(
-        "/admin/v1/tenants/{tenant}/overrides/{key}",
-        overrides::delete,
-    )
-    .get(
-        "/admin/v1/tenants/{tenant}/quarantine",
-        subject::list::<Quarantine>,
-    )
-    .post("/admin/v1/tenants/{tenant}/quarantine", quarantine::add)
-    .get(
-        "/admin/v1/tenants/{tenant}/quarantine/{id}",
-        subject::get::<Quarantine>,
-    )
-    .delete(
-        "/admin/v1/tenants/{tenant}/quarantine/{id}",
-        quarantine::remove,
-    )
-    .get(
-        "/admin/v1/tenants/{tenant}/replay-jobs",
-        subject::list::<ReplayJob>,
-    )
-    .post("/admin/v1/tenants/{tenant}/replay-jobs", replay::create)
-    .get(
-        "/admin/v1/tenants/{tenant}/replay-jobs/{id}",
-        subject::get::<ReplayJob>,
-    )
-    .post(
-        "/admin/v1/tenants/{tenant}/replay-jobs/{id}/cancel",
-        replay::cancel,
-    )
-    .get("/admin/v1/audit", audit::list)
-    .get("/admin/v1/audit/{seq}", audit::get)
-    .get("/admin/v1/lifecycle", lifecycle::status)
-    .get(
-        "/admin/v1/lifecycle/sinks/{sink}/dead-letters",
-        lifecycle::list_letters,
-    )
-    .post(
-        "/admin/v1/lifecycle/sinks/{sink}/dead-letters/redrive",
-        lifecycle::redrive,
-    )
-    .delete(
-        "/admin/v1/lifecycle/sinks/{sink}/dead-letters/{seq}",
-        lifecycle::drop_letter,
-    )
-    .post("/admin/v1/lifecycle/sinks/{sink}/enable", lifecycle::enable)
-    .post("/admin/v1/backups", backups::create);
-    (table.router, table.routes)
+/// `POST`: create a route (201; 409 `already_exists`).
+pub async fn create(
+    WriteContext(ctx): WriteContext,
+    State(state): State<AppState>,
+    ApiPath(tenant): ApiPath<String>,
+    ApiJson(body): ApiJson<NewRoute>,
+) -> Result<Response, ApiError> {
+    let outcome = state.routes.create(ctx, tenant, body).await?;
+    Ok(written(StatusCode::CREATED, outcome))
 }
 
-/// The `(method, path)` of every admin route, as served.
-pub fn admin_routes() -> Vec<(Method, &'static str)> {
-    admin().1
+/// `PATCH .../{id}`: replace the fields the body names (honours `If-Match`).
+pub async fn update(
+    WriteContext(ctx): WriteContext,
+    State(state): State<AppState>,
+    ApiPath((tenant, id)): ApiPath<(String, String)>,
+    IfMatchHeader(if_match): IfMatchHeader,
+    ApiJson(body): ApiJson<RoutePatch>,
+) -> Result<Response, ApiError> {
+    let outcome = state.routes.update(ctx, tenant, id, body, if_match).await?;
+    Ok(written(StatusCode::OK, outcome))
 }
 
-/// `GET /admin/v1/openapi.json`: the document, public like any API description.
-async fn openapi() -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "application/json")], OPENAPI)
+/// `DELETE .../{id}`: delete a route (204; honours `If-Match`).
+pub async fn delete(
+    WriteContext(ctx): WriteContext,
+    State(state): State<AppState>,
+    ApiPath((tenant, id)): ApiPath<(String, String)>,
+    IfMatchHeader(if_match): IfMatchHeader,
+) -> Result<Response, ApiError> {
+    let outcome = state.routes.delete(ctx, tenant, id, if_match).await?;
+    Ok(written(StatusCode::NO_CONTENT, outcome))
 }

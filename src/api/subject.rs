@@ -19,7 +19,7 @@ use super::AppState;
 use crate::subjects::read::{self, MAX_PAGE};
 use crate::subjects::redact::Redacted;
 use crate::subjects::remote::{resource, Remote, RemoteSubject};
-use crate::subjects::{Outcome, Subject};
+use crate::subjects::{SubjectChange, Subject};
 
 /// The header that gives the seq of the row a write committed.
 pub static X_AUDIT_SEQ: HeaderName = HeaderName::from_static("x-audit-seq");
@@ -112,7 +112,7 @@ pub fn found(view: Option<Redacted>, resource: &str) -> Result<Response, ApiErro
 }
 
 /// The answer to a write: `status` with the subject's view (or 204 after a delete).
-pub fn written(status: StatusCode, outcome: Outcome) -> Response {
+pub fn written(status: StatusCode, outcome: SubjectChange) -> Response {
     let mut response = match outcome.view {
         Some(view) => {
             let mut response = (status, Json(view)).into_response();

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use super::key::{check_name, subject_key};
 use super::redact::{redact, Redacted};
-use super::{check_if_match, ChangeResult, IfMatch, Kind, Outcome, Subject, SubjectError};
+use super::{check_if_match, ChangeResult, IfMatch, Kind, SubjectChange, Subject, SubjectError};
 use crate::audit::{Change, CommitError, Context, Trail, Tx};
 use crate::store::StoreError;
 
@@ -46,7 +46,7 @@ pub(crate) fn require<S: Subject>(
 /// Refuse a change that leaves `current` as it is, answering with its present view.
 pub(crate) fn unchanged<S: Subject>(current: &S) -> CommitError<SubjectError> {
     match view(current) {
-        Ok(view) => CommitError::Refused(SubjectError::Unchanged(Box::new(Outcome {
+        Ok(view) => CommitError::Refused(SubjectError::Unchanged(Box::new(SubjectChange {
             seq: None,
             revision: current.revision(),
             view: Some(view),
@@ -62,7 +62,7 @@ pub(crate) fn remove<S: Subject>(
     id: &str,
     if_match: Option<IfMatch>,
     verb: &'static str,
-) -> Result<(Change, Outcome), CommitError<SubjectError>> {
+) -> Result<(Change, SubjectChange), CommitError<SubjectError>> {
     check_name("tenant", tenant)?;
     check_name(S::KIND.id_field(), id)?;
     let before: S = require(tx, tenant, id)?;
@@ -82,7 +82,7 @@ pub(crate) fn apply<S: Subject>(
     tenant: &str,
     id: &str,
     effect: Effect<S>,
-) -> Result<(Change, Outcome), CommitError<SubjectError>> {
+) -> Result<(Change, SubjectChange), CommitError<SubjectError>> {
     let kind = S::KIND;
     let key = subject_key(tenant, id);
     let revision = match (&effect.after, &effect.before) {
@@ -117,7 +117,7 @@ pub(crate) fn apply<S: Subject>(
             change = change.entity(entity.into_value());
         }
     }
-    let outcome = Outcome {
+    let outcome = SubjectChange {
         seq: None,
         revision,
         view: after_view,
@@ -125,14 +125,14 @@ pub(crate) fn apply<S: Subject>(
     Ok((change, outcome))
 }
 
-/// Commit `change` and fill in its row's seq; a no-op comes back as an [`Outcome`] without
+/// Commit `change` and fill in its row's seq; a no-op comes back as an [`SubjectChange`] without
 /// a seq.
 pub(crate) async fn commit_change<F>(trail: &Trail, ctx: Context, change: F) -> ChangeResult
 where
-    F: FnOnce(&mut Tx<'_>) -> Result<(Change, Outcome), CommitError<SubjectError>> + Send + 'static,
+    F: FnOnce(&mut Tx<'_>) -> Result<(Change, SubjectChange), CommitError<SubjectError>> + Send + 'static,
 {
     match trail.commit(ctx, change).await {
-        Ok(committed) => Ok(Outcome {
+        Ok(committed) => Ok(SubjectChange {
             seq: Some(committed.seq),
             ..committed.value
         }),

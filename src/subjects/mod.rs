@@ -158,10 +158,10 @@ pub enum SubjectError {
         message: String,
     },
     /// The change would leave the subject as it is: it is not made and writes no row. The
-    /// `commit_change` helper turns this into a successful [`Outcome`] without a seq, so it
+    /// `commit_change` helper turns this into a successful [`SubjectChange`] without a seq, so it
     /// never reaches a caller as an error.
     #[error("nothing to change")]
-    Unchanged(Box<Outcome>),
+    Unchanged(Box<SubjectChange>),
 }
 
 impl SubjectError {
@@ -183,7 +183,7 @@ impl From<SubjectError> for CommitError<SubjectError> {
 /// What a change returns: the subject's revision and redacted view after it (`None` after
 /// a delete), and its row's seq (`None`: nothing changed, no row).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Outcome {
+pub struct SubjectChange {
     /// The row's seq, when a row was written.
     pub seq: Option<u64>,
     /// The subject's revision after the change (for a delete: that of its row).
@@ -193,7 +193,7 @@ pub struct Outcome {
 }
 
 /// The result of a change.
-pub type ChangeResult = Result<Outcome, CommitError<SubjectError>>;
+pub type ChangeResult = Result<SubjectChange, CommitError<SubjectError>>;
 
 /// An `If-Match` precondition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,7 +14,7 @@ use serde_json::{json, Map, Value};
 use super::{corrupt, refresh_events, resource, view, Cas, Remote, RemoteStore, RemoteSubject};
 use crate::audit::{Change, CommitError, Context, Finish};
 use crate::subjects::key::check_name;
-use crate::subjects::{check_if_match, ChangeResult, IfMatch, Outcome, SubjectError};
+use crate::subjects::{check_if_match, ChangeResult, IfMatch, SubjectChange, SubjectError};
 
 impl<T: RemoteSubject> Remote<T> {
     /// Subject `id` of `tenant` as an update or delete finds it (names already checked):
@@ -47,7 +47,7 @@ impl<T: RemoteSubject> Remote<T> {
 
     /// The answer to an update that changes nothing: no row, the subject as it is.
     pub(crate) fn unchanged(before: &T) -> ChangeResult {
-        Ok(Outcome {
+        Ok(SubjectChange {
             seq: None,
             revision: before.revision(),
             view: Some(view(before)?),
@@ -132,7 +132,7 @@ impl<T: RemoteSubject> Remote<T> {
             CommitError::StoreUnavailable
         })??;
         recorded.value?;
-        Ok(Outcome {
+        Ok(SubjectChange {
             seq: recorded.settled.map(|s| s.seq),
             revision,
             view: after_view,
