@@ -10,7 +10,6 @@
 mod clock;
 mod context;
 mod dual;
-mod dual_events;
 mod hash;
 mod incarnation;
 mod limits;

@@ -19,7 +19,6 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::context::Context;
 use super::dual::{Finish, Pending};
-use super::dual_events;
 use super::row::{Change, Row, RowResult, ROW_FORMAT};
 use super::settle::Presence;
 use super::tx::Tx;
@@ -178,7 +177,7 @@ impl Answer {
                     pending.disarm();
                     let _ = reply.send(Err(Refusal::Unavailable));
                 } else {
-                    dual_events::begun();
+                    telemetry::dual::begun();
                     if let Err(Ok(pending)) = reply.send(Ok(pending)) {
                         // The caller is gone: dropping the Pending hands it to settlement.
                         drop(pending);
