@@ -229,16 +229,16 @@ impl<S: RequiredScope> FromRequestParts<AppState> for Authorized<S> {
         let token = match bearer(parts) {
             Ok(token) => token,
             Err(reason) => {
-                telemetry::api::unauthenticated(reason, request_id);
+                telemetry::api::request_unauthenticated(reason, request_id);
                 return Err(ApiError::Unauthorized);
             }
         };
         let Some(caller) = state.admin.tokens.authenticate(token) else {
-            telemetry::api::unauthenticated("unknown token", request_id);
+            telemetry::api::request_unauthenticated("unknown token", request_id);
             return Err(ApiError::Unauthorized);
         };
         if !caller.has(S::SCOPE) {
-            telemetry::api::forbidden(&caller.name, S::SCOPE, request_id);
+            telemetry::api::request_forbidden(&caller.name, S::SCOPE, request_id);
             return Err(ApiError::Forbidden(S::SCOPE));
         }
         Ok(Authorized(caller, PhantomData))

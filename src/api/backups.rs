@@ -57,7 +57,7 @@ async fn back_up_and_record(state: AppState, ctx: Context) -> Result<(BackupInfo
     })
     .await?;
     let (backups, info) = made.map_err(|e| {
-        telemetry::api::internal_error(&format!("backup failed: {e}"));
+        telemetry::api::request_failed(&format!("backup failed: {e}"));
         ApiError::Internal
     })?;
     let change = Change::new("backup.create", format!("backups/{}", info.id))
@@ -75,7 +75,7 @@ async fn back_up_and_record(state: AppState, ctx: Context) -> Result<(BackupInfo
             let id = info.id;
             let undone = tokio::task::spawn_blocking(move || backups.discard(id)).await?;
             if let Err(undo) = undone {
-                telemetry::api::internal_error(&format!(
+                telemetry::api::request_failed(&format!(
                     "discarding backup {id}, whose row was not written, failed: {undo}"
                 ));
             }

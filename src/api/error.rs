@@ -200,7 +200,7 @@ impl From<SubjectError> for ApiError {
                 message: e.to_string(),
             },
             SubjectError::Unchanged(_) => {
-                telemetry::api::internal_error(&"an unchanged outcome reached the error mapping");
+                telemetry::api::request_failed(&"an unchanged outcome reached the error mapping");
                 ApiError::Internal
             }
         }
@@ -227,7 +227,7 @@ impl From<CommitError<SubjectError>> for ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
-        telemetry::api::internal_error(&e);
+        telemetry::api::request_failed(&e);
         match e {
             StoreError::Corrupt { .. } => ApiError::Internal,
             _ => ApiError::StoreUnavailable,
@@ -246,7 +246,7 @@ impl From<ReadError> for ApiError {
 
 impl From<tokio::task::JoinError> for ApiError {
     fn from(e: tokio::task::JoinError) -> Self {
-        telemetry::api::internal_error(&e);
+        telemetry::api::request_failed(&e);
         ApiError::Internal
     }
 }

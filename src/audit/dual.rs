@@ -74,7 +74,7 @@ impl Drop for Pending {
         if self.armed {
             // Unbounded: a Drop never blocks. A closed channel means the trail is gone, and
             // the next boot settles the row.
-            telemetry::dual::abandoned(self.id, &self.resource);
+            telemetry::dual::pending_abandoned(self.id, &self.resource);
             let _ = self.abandoned.send(self.id);
         }
     }
@@ -153,7 +153,7 @@ impl Trail {
             .await?;
         pending.disarm();
         if let Some(s) = &settled {
-            telemetry::dual::finished(s);
+            telemetry::dual::pending_finished(s);
         }
         Ok(settled)
     }

@@ -198,7 +198,7 @@ pub fn start(
         kind.gate().close(options.hold);
     }
     let names: Vec<&str> = kinds.iter().map(|k| k.kind()).collect();
-    telemetry::remote::started(restored_from, &names);
+    telemetry::remote::refresh_started(restored_from, &names);
     let trail = trail.clone();
     Some(tokio::spawn(async move {
         tokio::select! {
@@ -227,14 +227,14 @@ async fn run(
         let failed = match attempt {
             Ok(()) => match trail.refresh_done().await {
                 Ok(()) => {
-                    telemetry::remote::done();
+                    telemetry::remote::refresh_done();
                     return Some(report);
                 }
                 Err(e) => ("marker", e),
             },
             Err(failed) => failed,
         };
-        telemetry::remote::failed(failed.0, &failed.1, options.retry);
+        telemetry::remote::refresh_failed(failed.0, &failed.1, options.retry);
         tokio::select! {
             _ = tokio::time::sleep(options.retry) => {}
             _ = shutdown.cancelled() => return None,
@@ -253,7 +253,7 @@ async fn attempt(
     let started = Instant::now();
     let kinds = left.iter().map(|k| k.kind().to_owned()).collect();
     let mut states = trail.remote_states(kinds).await.map_err(|e| ("trail", e))?;
-    telemetry::remote::scanned(states.rows, states.len(), started.elapsed());
+    telemetry::remote::refresh_scanned(states.rows, states.len(), started.elapsed());
     report.rows_scanned += states.rows;
     while let Some(kind) = left.first().cloned() {
         let counts = kind
@@ -261,7 +261,7 @@ async fn attempt(
             .await
             .map_err(|e| (kind.kind(), e))?;
         kind.gate().open();
-        telemetry::remote::kind_done(kind.kind(), counts.checked, counts.refreshed);
+        telemetry::remote::refresh_kind_done(kind.kind(), counts.checked, counts.refreshed);
         report.kinds.push((kind.kind(), counts));
         left.remove(0);
     }

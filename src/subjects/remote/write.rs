@@ -99,7 +99,7 @@ impl<T: RemoteSubject> Remote<T> {
         let (tenant, id) = (subject.tenant().to_owned(), subject.id().to_owned());
         // While the kind is refreshed after a restore, a change would race the refresh rows.
         if self.gate.pass().await.is_err() {
-            telemetry::remote::held(T::KIND, &resource::<T>(&id));
+            telemetry::remote::change_held(T::KIND, &resource::<T>(&id));
             return Err(CommitError::StoreUnavailable);
         }
         let expected = before.as_ref().map_or(0, |b| b.revision());
