@@ -3,6 +3,10 @@
 //! Each function is one event with a fixed name and low-cardinality fields, so that log
 //! queries and alerts stay stable and no payload, secret or URL with credentials can slip into
 //! a field: callers pass kinds and reasons, never bodies or config values.
+//!
+//! The crate defines no metrics: every outcome goes back to the publisher, which counts it
+//! in `ankusa::telemetry::lifecycle` (dependencies point one way, so this crate cannot reach
+//! that registry, and it does not need to).
 
 use tracing::{debug, warn};
 

@@ -22,8 +22,9 @@ use subtle::ConstantTimeEq;
 
 use super::context::RequestId;
 use super::error::ApiError;
-use super::{events, AppState};
+use super::AppState;
 use crate::config::{Scope, TokenConfig};
+use crate::telemetry;
 
 /// The file, in the data dir, that keeps the first-start admin token's digest.
 pub const ADMIN_TOKEN_FILE: &str = "admin-token.sha256";
@@ -123,14 +124,14 @@ impl Tokens {
             Ok(text) => {
                 let digest = parse_digest(text.trim())
                     .ok_or_else(|| TokenSetupError::CorruptFile(path.clone()))?;
-                events::admin_token_loaded(&path);
+                telemetry::api::admin_token_loaded(&path);
                 digest
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let token = new_token();
                 write_digest_file(&path, &digest_hex(&token)).map_err(file_error)?;
                 announce(out, &token, &path).map_err(file_error)?;
-                events::admin_token_created(&path);
+                telemetry::api::admin_token_created(&path);
                 Sha256::digest(token.as_bytes()).into()
             }
             Err(e) => return Err(file_error(e)),
@@ -228,16 +229,16 @@ impl<S: RequiredScope> FromRequestParts<AppState> for Authorized<S> {
         let token = match bearer(parts) {
             Ok(token) => token,
             Err(reason) => {
-                events::unauthenticated(reason, request_id);
+                telemetry::api::request_unauthenticated(reason, request_id);
                 return Err(ApiError::Unauthorized);
             }
         };
         let Some(caller) = state.admin.tokens.authenticate(token) else {
-            events::unauthenticated("unknown token", request_id);
+            telemetry::api::request_unauthenticated("unknown token", request_id);
             return Err(ApiError::Unauthorized);
         };
         if !caller.has(S::SCOPE) {
-            events::forbidden(&caller.name, S::SCOPE, request_id);
+            telemetry::api::request_forbidden(&caller.name, S::SCOPE, request_id);
             return Err(ApiError::Forbidden(S::SCOPE));
         }
         Ok(Authorized(caller, PhantomData))

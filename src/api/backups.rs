@@ -19,12 +19,12 @@ use serde_json::json;
 
 use super::context::WriteContext;
 use super::error::ApiError;
-use super::events;
 use super::extract::OptionalJson;
 use super::subject::X_AUDIT_SEQ;
 use super::AppState;
 use crate::audit::{Change, Clock, CommitError, Context, SystemClock};
 use crate::store::backup::{BackupDir, BackupError, BackupInfo};
+use crate::telemetry;
 
 /// The request body: empty, or a JSON object with no fields (room for options to come).
 #[derive(Debug, Default, Deserialize)]
@@ -57,7 +57,7 @@ async fn back_up_and_record(state: AppState, ctx: Context) -> Result<(BackupInfo
     })
     .await?;
     let (backups, info) = made.map_err(|e| {
-        events::internal_error(&format!("backup failed: {e}"));
+        telemetry::api::request_failed(&format!("backup failed: {e}"));
         ApiError::Internal
     })?;
     let change = Change::new("backup.create", format!("backups/{}", info.id))
@@ -75,7 +75,7 @@ async fn back_up_and_record(state: AppState, ctx: Context) -> Result<(BackupInfo
             let id = info.id;
             let undone = tokio::task::spawn_blocking(move || backups.discard(id)).await?;
             if let Err(undo) = undone {
-                events::internal_error(&format!(
+                telemetry::api::request_failed(&format!(
                     "discarding backup {id}, whose row was not written, failed: {undo}"
                 ));
             }

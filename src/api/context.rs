@@ -21,9 +21,10 @@ use axum::response::{IntoResponse, Response};
 
 use super::auth::{AdminWrite, Authorized};
 use super::error::ApiError;
-use super::{events, AppState};
+use super::AppState;
 use crate::audit::Context;
 use crate::config::TrustedProxy;
+use crate::telemetry;
 
 /// The request id header, read and echoed.
 pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -55,7 +56,7 @@ pub async fn request_id(mut request: Request, next: Next) -> Response {
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(X_REQUEST_ID.clone(), value);
     }
-    events::request_served(&method, &path, response.status(), &id, started.elapsed());
+    telemetry::api::request_served(&method, &path, response.status(), &id, started.elapsed());
     response
 }
 

@@ -10,12 +10,12 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::events;
 use crate::audit::CommitError;
 use crate::config::Scope;
 use crate::store::StoreError;
 use crate::subjects::read::ReadError;
 use crate::subjects::SubjectError;
+use crate::telemetry;
 
 /// How long a caller refused for the audit backlog should wait, in seconds.
 pub const BACKLOG_RETRY_AFTER_SECS: u32 = 60;
@@ -200,7 +200,7 @@ impl From<SubjectError> for ApiError {
                 message: e.to_string(),
             },
             SubjectError::Unchanged(_) => {
-                events::internal_error(&"an unchanged outcome reached the error mapping");
+                telemetry::api::request_failed(&"an unchanged outcome reached the error mapping");
                 ApiError::Internal
             }
         }
@@ -227,7 +227,7 @@ impl From<CommitError<SubjectError>> for ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
-        events::internal_error(&e);
+        telemetry::api::request_failed(&e);
         match e {
             StoreError::Corrupt { .. } => ApiError::Internal,
             _ => ApiError::StoreUnavailable,
@@ -246,7 +246,7 @@ impl From<ReadError> for ApiError {
 
 impl From<tokio::task::JoinError> for ApiError {
     fn from(e: tokio::task::JoinError) -> Self {
-        events::internal_error(&e);
+        telemetry::api::request_failed(&e);
         ApiError::Internal
     }
 }

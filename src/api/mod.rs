@@ -11,7 +11,6 @@ pub mod auth;
 pub mod backups;
 pub mod context;
 pub mod error;
-pub mod events;
 pub mod extract;
 pub mod lifecycle;
 pub mod overrides;

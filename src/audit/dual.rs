@@ -13,11 +13,11 @@ use std::sync::Mutex;
 
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::dual_events;
 use super::pending::{Begin, FinishReq, Refusal, Settled};
 use super::writer::Request;
 use super::{Change, CommitError, Context, Trail};
 use crate::store::StoreError;
+use crate::telemetry;
 
 /// How a dual write went, as its caller knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,7 +74,7 @@ impl Drop for Pending {
         if self.armed {
             // Unbounded: a Drop never blocks. A closed channel means the trail is gone, and
             // the next boot settles the row.
-            dual_events::abandoned(self.id, &self.resource);
+            telemetry::dual::pending_abandoned(self.id, &self.resource);
             let _ = self.abandoned.send(self.id);
         }
     }
@@ -153,7 +153,7 @@ impl Trail {
             .await?;
         pending.disarm();
         if let Some(s) = &settled {
-            dual_events::finished(s);
+            telemetry::dual::pending_finished(s);
         }
         Ok(settled)
     }

@@ -10,7 +10,6 @@
 mod clock;
 mod context;
 mod dual;
-mod dual_events;
 mod hash;
 mod incarnation;
 mod limits;
@@ -161,7 +160,7 @@ impl Trail {
             backlog: prune::backlog(cursor, boot.last_seq),
             ..TrailStats::default()
         });
-        crate::telemetry::ceilings(&options.limits.ceilings());
+        crate::telemetry::audit::ceilings_configured(&options.limits.ceilings());
         let tally = sync::Tally {
             last_seq: boot.last_seq,
             last_at: boot.last_at,

@@ -19,7 +19,6 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::context::Context;
 use super::dual::{Finish, Pending};
-use super::dual_events;
 use super::row::{Change, Row, RowResult, ROW_FORMAT};
 use super::settle::Presence;
 use super::tx::Tx;
@@ -178,7 +177,7 @@ impl Answer {
                     pending.disarm();
                     let _ = reply.send(Err(Refusal::Unavailable));
                 } else {
-                    dual_events::begun();
+                    telemetry::dual::pending_begun();
                     if let Err(Ok(pending)) = reply.send(Ok(pending)) {
                         // The caller is gone: dropping the Pending hands it to settlement.
                         drop(pending);
@@ -194,7 +193,7 @@ impl Answer {
                     (Ok(_), Err(e)) => Err(e),
                     (Ok(_), Ok(None)) => Ok(None),
                     (Ok(_), Ok(Some(row))) => {
-                        telemetry::row_committed(&row);
+                        telemetry::audit::row_committed(&row);
                         Ok(Some(Settled {
                             seq: row.seq,
                             result: row.result,
@@ -462,7 +461,7 @@ fn refuse(
     reply: oneshot::Sender<Result<Pending, Refusal>>,
 ) -> Answer {
     g.refused += 1;
-    telemetry::change_refused(reason);
+    telemetry::audit::change_refused(reason);
     Answer::Refused {
         why: Refusal::Backlog,
         reply,

@@ -112,7 +112,7 @@ pub(crate) fn open_pending(
     store.write(batch, true)?;
     fail::fail_point!("audit::restore::after_batch");
 
-    telemetry::row_committed(&row);
+    telemetry::audit::row_committed(&row);
     tracing::warn!(
         target: "ankusa::audit",
         incarnation = %incarnation.id,

@@ -60,7 +60,7 @@ pub fn spawn(trail: Trail, shutdown: CancellationToken) -> JoinHandle<()> {
                 if shutdown.is_cancelled() {
                     break;
                 }
-                telemetry::retention_failed(&e);
+                telemetry::audit::retention_failed(&e);
             }
         }
     })
@@ -117,7 +117,7 @@ pub async fn sweep(
         s.blocked_by_cursor = report.blocked_by_cursor;
         s.last_sweep_at = Some(now);
     });
-    telemetry::retention_swept(&report);
+    telemetry::audit::retention_swept(&report);
     Ok(report)
 }
 

@@ -24,11 +24,11 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::dual_events;
 use super::pending::{self, SettleReq, Settled};
 use super::writer::Request;
 use super::Trail;
 use crate::store::{keys, Cf, StoreError};
+use crate::telemetry;
 
 /// A subject's present state, as its reconciler read it.
 #[derive(Debug, Clone, PartialEq)]
@@ -165,7 +165,7 @@ impl Settler {
         match self.trail.left_by_crash().await {
             Ok(ids) => {
                 if !ids.is_empty() {
-                    dual_events::left_by_crash(ids.len());
+                    telemetry::dual::pending_left_by_crash(ids.len());
                 }
                 for id in ids {
                     let (tried, first) = oneshot::channel();
@@ -175,7 +175,7 @@ impl Settler {
                     });
                 }
             }
-            Err(e) => dual_events::settle_failed(None, &e, None),
+            Err(e) => telemetry::dual::settlement_failed(None, &e, None),
         }
         let boot_settled = &self.trail.dual.boot_settled;
         if left.is_empty() {
@@ -229,7 +229,7 @@ impl Settler {
                     Err(e) => e,
                 };
                 let again = !matches!(e, StoreError::Corrupt { .. }) && trail.is_taking_changes();
-                dual_events::settle_failed(Some(id), &e, again.then_some(backoff));
+                telemetry::dual::settlement_failed(Some(id), &e, again.then_some(backoff));
                 if !again {
                     return;
                 }
@@ -270,7 +270,7 @@ async fn settle_one(
         _ => (Presence::Unreconciled, None),
     };
     if let Some(s) = trail.settle(id, presence).await? {
-        dual_events::reconciled(id, &s);
+        telemetry::dual::pending_reconciled(id, &s);
     }
     Ok(())
 }
@@ -298,7 +298,7 @@ async fn read(
         // Not held while waiting for the store.
         drop(held);
         let last = tokio::time::Instant::now() + options.interval > deadline;
-        dual_events::unreadable(id, &why, last);
+        telemetry::dual::settlement_unreadable(id, &why, last);
         if last {
             return (Presence::Unreadable, None);
         }

@@ -165,7 +165,7 @@ impl Syncer {
                 let _ = outcomes.send(Outcome::Written);
                 self.note(p.pruned, p.refused);
                 if p.rows > 0 {
-                    telemetry::group_committed(p.rows, p.started.elapsed());
+                    telemetry::audit::group_committed(p.rows, p.started.elapsed());
                     // The watch moves before any caller hears "committed": whoever was told
                     // its seq also sees the watch at or past it.
                     self.committed.send_replace(self.written.last_seq);
@@ -176,7 +176,7 @@ impl Syncer {
                 self.failed = Some(p.epoch);
                 let _ = outcomes.send(Outcome::Unwritten);
                 self.note(Pruned::default(), p.refused);
-                telemetry::write_failed(&e, p.rows);
+                telemetry::audit::write_failed(&e, p.rows);
                 complete(p.taken, Err(e), false);
             }
         }
@@ -196,8 +196,8 @@ impl Syncer {
             s.pruned.retention += pruned.retention;
             s.pruned.ceiling += pruned.ceiling;
         });
-        telemetry::trail_usage(&usage, backlog);
-        telemetry::rows_pruned(&pruned);
+        telemetry::audit::usage_updated(&usage, backlog);
+        telemetry::audit::rows_pruned(&pruned);
     }
 }
 
@@ -235,7 +235,7 @@ pub(super) fn complete(taken: Vec<Taken>, written: Result<u64, StoreError>, stal
         match t {
             Taken::Change { job, row } => match (&written, row) {
                 (Ok(at), Some(row)) => {
-                    telemetry::row_committed(&row);
+                    telemetry::audit::row_committed(&row);
                     job.complete(Fate::Committed {
                         seq: row.seq,
                         at: *at,

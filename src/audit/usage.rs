@@ -117,10 +117,10 @@ impl Usage {
                 Ok((Usage::empty(0), true))
             }
             Err(why) => {
-                telemetry::usage_recount_started(why.as_str(), seq);
+                telemetry::audit::usage_recount_started(why.as_str(), seq);
                 let started = Instant::now();
                 let usage = Usage::recount(store, seq)?;
-                telemetry::usage_recounted(why.as_str(), &usage, started.elapsed());
+                telemetry::audit::usage_recounted(why.as_str(), &usage, started.elapsed());
                 Ok((usage, true))
             }
         }

@@ -836,6 +836,6 @@ fn inline_allowed() -> bool {
 /// Refuse a change with `AuditBacklog` (`reason`: which limit) before it takes a seq.
 fn refuse(g: &mut Group, reason: &'static str) -> Admitted {
     g.refused += 1;
-    telemetry::change_refused(reason);
+    telemetry::audit::change_refused(reason);
     Admitted::Backlog
 }

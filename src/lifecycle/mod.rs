@@ -7,7 +7,6 @@
 
 pub mod dead_letters;
 pub mod event;
-pub mod metrics;
 pub mod outbox;
 pub mod publisher;
 pub mod status;

@@ -25,9 +25,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::status::{self, SharedStatus, SinkState, SinkStatus};
-use super::{event, metrics, outbox};
+use super::{event, outbox};
 use crate::audit::{Change, CommitError, Context, History, Trail};
 use crate::store::{keys, keys::meta, Entry, Store, StoreError};
+use crate::telemetry;
 
 /// A page of the outbox, its events built off the runtime while the previous page was in
 /// flight.
@@ -356,7 +357,7 @@ impl Lane {
                 continue;
             };
             let outcomes = oldest.outcomes.await;
-            metrics::attempted(&self.spec.name, oldest.started.elapsed());
+            telemetry::lifecycle::delivery_attempted(&self.spec.name, oldest.started.elapsed());
             let (to, dead, stop) = self.settle(&oldest.page, &outcomes);
             // Freeing a page's events is a thousand small frees: not on this loop.
             drop(tokio::task::spawn_blocking(move || drop(oldest.page)));
@@ -386,7 +387,7 @@ impl Lane {
                     abandon(&mut in_flight, &mut reading).await;
                     let delay = self.spec.retry.delay(attempt, after);
                     attempt = attempt.saturating_add(1);
-                    metrics::failed(&self.spec.name, &reason, true);
+                    telemetry::lifecycle::sink_failed(&self.spec.name, &reason, true);
                     status::update(&self.status, |s| {
                         s.state = SinkState::Retrying;
                         s.retries += 1;
@@ -399,7 +400,7 @@ impl Lane {
                 }
                 Some(Stop::Disabled(reason)) => {
                     abandon(&mut in_flight, &mut reading).await;
-                    metrics::failed(&self.spec.name, "disabled", false);
+                    telemetry::lifecycle::sink_failed(&self.spec.name, "disabled", false);
                     tracing::error!(sink = %self.spec.name, reason = %reason, "lifecycle sink disabled by its destination; keeping its position until an operator enables it");
                     // Recorded before the status shows it: an enable, sent only while the
                     // status shows the sink disabled, comes after it in the trail.
@@ -475,7 +476,7 @@ impl Lane {
             s.delivered += delivered;
             s.dead_lettered += dead_lettered;
         });
-        metrics::settled(&self.spec.name, delivered, dead_lettered);
+        telemetry::lifecycle::batch_handled(&self.spec.name, delivered, dead_lettered);
         (to, dead, stop)
     }
 
@@ -677,12 +678,12 @@ fn report_position(sink: &str, status: &SharedStatus) {
     let lag = snapshot
         .oldest_unconfirmed_at
         .map_or(0, |at| now.saturating_sub(at));
-    metrics::position(sink, snapshot.position, Duration::from_millis(lag));
+    telemetry::lifecycle::position_reported(sink, snapshot.position, Duration::from_millis(lag));
 }
 
 fn note_error(sink: &str, status: &SharedStatus, error: &str) {
     tracing::error!(sink, error, "lifecycle publisher error");
-    metrics::failed(sink, "publisher", false);
+    telemetry::lifecycle::sink_failed(sink, "publisher", false);
     status::update(status, |s| s.last_error = Some(error.to_owned()));
 }
 

@@ -15,7 +15,6 @@ pub mod memory;
 mod order;
 pub mod redis;
 pub mod refresh;
-mod refresh_events;
 mod write;
 
 use std::sync::Arc;

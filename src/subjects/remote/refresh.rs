@@ -35,9 +35,10 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 use tokio_util::sync::CancellationToken;
 
-use super::{refresh_events, resource, view, Gate, Remote, RemoteSubject};
+use super::{resource, view, Gate, Remote, RemoteSubject};
 use crate::audit::{Known, Present, Refresh, Trail, TrailStates};
 use crate::store::StoreError;
+use crate::telemetry;
 
 /// How the refresh runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -197,7 +198,7 @@ pub fn start(
         kind.gate().close(options.hold);
     }
     let names: Vec<&str> = kinds.iter().map(|k| k.kind()).collect();
-    refresh_events::started(restored_from, &names);
+    telemetry::remote::refresh_started(restored_from, &names);
     let trail = trail.clone();
     Some(tokio::spawn(async move {
         tokio::select! {
@@ -226,14 +227,14 @@ async fn run(
         let failed = match attempt {
             Ok(()) => match trail.refresh_done().await {
                 Ok(()) => {
-                    refresh_events::done();
+                    telemetry::remote::refresh_done();
                     return Some(report);
                 }
                 Err(e) => ("marker", e),
             },
             Err(failed) => failed,
         };
-        refresh_events::failed(failed.0, &failed.1, options.retry);
+        telemetry::remote::refresh_failed(failed.0, &failed.1, options.retry);
         tokio::select! {
             _ = tokio::time::sleep(options.retry) => {}
             _ = shutdown.cancelled() => return None,
@@ -252,7 +253,7 @@ async fn attempt(
     let started = Instant::now();
     let kinds = left.iter().map(|k| k.kind().to_owned()).collect();
     let mut states = trail.remote_states(kinds).await.map_err(|e| ("trail", e))?;
-    refresh_events::scanned(states.rows, states.len(), started.elapsed());
+    telemetry::remote::refresh_scanned(states.rows, states.len(), started.elapsed());
     report.rows_scanned += states.rows;
     while let Some(kind) = left.first().cloned() {
         let counts = kind
@@ -260,7 +261,7 @@ async fn attempt(
             .await
             .map_err(|e| (kind.kind(), e))?;
         kind.gate().open();
-        refresh_events::kind_done(kind.kind(), counts.checked, counts.refreshed);
+        telemetry::remote::refresh_kind_done(kind.kind(), counts.checked, counts.refreshed);
         report.kinds.push((kind.kind(), counts));
         left.remove(0);
     }

@@ -11,10 +11,11 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
-use super::{corrupt, refresh_events, resource, view, Cas, Remote, RemoteStore, RemoteSubject};
+use super::{corrupt, resource, view, Cas, Remote, RemoteStore, RemoteSubject};
 use crate::audit::{Change, CommitError, Context, Finish};
 use crate::subjects::key::check_name;
 use crate::subjects::{check_if_match, ChangeResult, IfMatch, SubjectChange, SubjectError};
+use crate::telemetry;
 
 impl<T: RemoteSubject> Remote<T> {
     /// Subject `id` of `tenant` as an update or delete finds it (names already checked):
@@ -98,7 +99,7 @@ impl<T: RemoteSubject> Remote<T> {
         let (tenant, id) = (subject.tenant().to_owned(), subject.id().to_owned());
         // While the kind is refreshed after a restore, a change would race the refresh rows.
         if self.gate.pass().await.is_err() {
-            refresh_events::held(T::KIND, &resource::<T>(&id));
+            telemetry::remote::change_held(T::KIND, &resource::<T>(&id));
             return Err(CommitError::StoreUnavailable);
         }
         let expected = before.as_ref().map_or(0, |b| b.revision());

@@ -1,5 +1,5 @@
 //! The admin API's log events, each defined once here with low-cardinality structured
-//! fields.
+//! fields. The API has no metrics of its own.
 //!
 //! None of them takes a header, a body or a token: only a method, a path, a status, a
 //! request id, a token *name* and a scope. That is what keeps tokens and secrets out of the
@@ -33,12 +33,12 @@ pub fn request_served(
 }
 
 /// A request without a valid token (`reason` says which way it failed).
-pub fn unauthenticated(reason: &'static str, request_id: Option<&str>) {
+pub fn request_unauthenticated(reason: &'static str, request_id: Option<&str>) {
     tracing::warn!(target: "ankusa::api", reason, request_id, "request refused: no valid token");
 }
 
 /// A valid token without the scope a route needs.
-pub fn forbidden(actor: &str, scope: Scope, request_id: Option<&str>) {
+pub fn request_forbidden(actor: &str, scope: Scope, request_id: Option<&str>) {
     tracing::warn!(
         target: "ankusa::api",
         actor,
@@ -49,7 +49,7 @@ pub fn forbidden(actor: &str, scope: Scope, request_id: Option<&str>) {
 }
 
 /// Something failed that the caller only sees as a 500 or 503.
-pub fn internal_error(error: &dyn Display) {
+pub fn request_failed(error: &dyn Display) {
     tracing::error!(target: "ankusa::api", error = %error, "admin API request failed");
 }
 
