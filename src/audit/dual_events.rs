@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use prometheus::{IntCounter, IntCounterVec, Opts};
 
-use super::pending::Settled;
+use crate::audit::dual::writer_side::Settled;
 use crate::telemetry;
 
 struct Metrics {

@@ -7,53 +7,46 @@
 //!
 //! Only the writer (in `writer.rs`) writes the `audit` column family.
 
+mod bounds;
 mod clock;
 mod context;
 mod dual;
 mod dual_events;
 mod hash;
-mod incarnation;
-mod limits;
-mod pending;
-mod prune;
-mod refresh;
 mod restore;
-pub mod retention;
 mod row;
-mod settle;
-mod stage;
-mod sync;
-mod tx;
-mod usage;
 mod writer;
+
+pub use bounds::retention;
 
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use tokio::sync::{mpsc, oneshot, watch};
 
+pub use bounds::limits::{Ceilings, Limits, Pruned, TrailStats};
+pub use bounds::prune::SweepBatch;
+pub use bounds::retention::SweepReport;
+pub use bounds::usage::{Mismatch, Usage};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use context::{Context, SYSTEM_ACTOR};
+pub use dual::settle::{Hold, Present, Reconcile, Reconcilers, SettleOptions};
+pub use dual::writer_side::{decode_pending, pending_rows, PendingRow, Settled, PENDING_FORMAT};
 pub use dual::{Finish, Pending, Recorded};
 pub use hash::canonical;
-pub use incarnation::{History, Incarnation};
-pub use limits::{Ceilings, Limits, Pruned, TrailStats};
-pub use pending::{decode_pending, pending_rows, PendingRow, Settled, PENDING_FORMAT};
-pub use prune::SweepBatch;
-pub use refresh::{Known, Refresh, SubjectKey, TrailStates, REFRESH_VERB};
-pub use restore::{RESTORE_ACTION, RESTORE_RESOURCE};
-pub use retention::SweepReport;
+pub use restore::first_boot::{RESTORE_ACTION, RESTORE_RESOURCE};
+pub use restore::incarnation::{History, Incarnation};
+pub use restore::refresh::{Known, Refresh, SubjectKey, TrailStates, REFRESH_VERB};
 pub use row::{
     decode_row, decode_row_as, get, page, page_within, Change, Filter, Row, RowResult, Scanned,
     ROW_FORMAT,
 };
-pub use settle::{Hold, Present, Reconcile, Reconcilers, SettleOptions};
-pub use tx::Tx;
-pub use usage::{Mismatch, Usage};
+pub use writer::tx::Tx;
 pub use writer::MAX_GROUP;
 
 use crate::store::{keys, Cf, Store, StoreError};
-use limits::SharedStats;
+use bounds::limits::SharedStats;
+use bounds::prune;
 use writer::{Advance, Fate, Job, Request, Sweep, Writer};
 
 /// Why a change was not made.
@@ -146,9 +139,9 @@ impl Trail {
         clock: Arc<dyn Clock>,
     ) -> Result<Trail, StoreError> {
         // A restored store opens its new incarnation before the writer boots or takes a change.
-        restore::open_pending(&store, options.lifecycle, clock.as_ref())?;
+        restore::first_boot::open_pending(&store, options.lifecycle, clock.as_ref())?;
         let boot = writer::boot(&store, &options.sinks)?;
-        let last_pending = pending::last_id(&store)?;
+        let last_pending = dual::writer_side::last_id(&store)?;
         // Whether an earlier run left pending rows for settlement to settle first.
         let left_pending = store.last(Cf::Audit, &[keys::PENDING])?;
         let (requests, rx) = mpsc::channel(options.queue.max(1));
@@ -162,7 +155,7 @@ impl Trail {
             ..TrailStats::default()
         });
         crate::telemetry::ceilings(&options.limits.ceilings());
-        let tally = sync::Tally {
+        let tally = writer::sync::Tally {
             last_seq: boot.last_seq,
             last_at: boot.last_at,
             usage: boot.usage,
@@ -181,7 +174,7 @@ impl Trail {
             pending: last_pending,
             unsynced: Default::default(),
         };
-        let syncer = sync::Syncer {
+        let syncer = writer::sync::Syncer {
             store: store.clone(),
             committed: committed_tx,
             stats: stats.clone(),

@@ -8,15 +8,18 @@
 //! the settlement task (see `settle.rs`) and never blocks. A crash leaves the pending row for
 //! the next boot to settle.
 
+pub(crate) mod settle;
+pub(crate) mod writer_side;
+
 use std::future::Future;
 use std::sync::Mutex;
 
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::dual_events;
-use super::pending::{Begin, FinishReq, Refusal, Settled};
-use super::writer::Request;
-use super::{Change, CommitError, Context, Trail};
+use crate::audit::dual::writer_side::{Begin, FinishReq, Refusal, Settled};
+use crate::audit::dual_events;
+use crate::audit::writer::Request;
+use crate::audit::{Change, CommitError, Context, Trail};
 use crate::store::StoreError;
 
 /// How a dual write went, as its caller knows it.

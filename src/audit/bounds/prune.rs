@@ -17,8 +17,8 @@ use std::collections::{BTreeMap, VecDeque};
 
 use rocksdb::WriteBatch;
 
-use super::limits::Limits;
-use super::usage::Usage;
+use crate::audit::bounds::limits::Limits;
+use crate::audit::bounds::usage::Usage;
 use crate::store::{keys, Cf, Store, StoreError};
 
 /// Rows read ahead at a time.
@@ -326,7 +326,7 @@ impl Pruning<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::audit::*;
 
     /// A store of rows 1..=n at `at` = seq * 10, even seqs with an entity, with its
     /// counters and head as the writer holds them.

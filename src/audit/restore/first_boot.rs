@@ -25,11 +25,11 @@ use rocksdb::WriteBatch;
 use serde_json::{json, Map};
 use uuid::Uuid;
 
-use super::clock::Clock;
-use super::incarnation::{History, Incarnation};
-use super::row::{Row, RowResult, ROW_FORMAT};
-use super::usage::Usage;
-use super::SYSTEM_ACTOR;
+use crate::audit::bounds::usage::Usage;
+use crate::audit::clock::Clock;
+use crate::audit::restore::incarnation::{History, Incarnation};
+use crate::audit::row::{Row, RowResult, ROW_FORMAT};
+use crate::audit::SYSTEM_ACTOR;
 use crate::store::backup::last_seq;
 use crate::store::restore::PendingRestore;
 use crate::store::{keys, keys::meta, Cf, Store, StoreError};

@@ -17,12 +17,12 @@ use std::time::{Duration, Instant};
 use rocksdb::WriteBatch;
 use tokio::sync::{oneshot, watch};
 
-use super::limits::{Pruned, SharedStats};
-use super::pending::Answer;
-use super::prune::{self, SweepBatch};
-use super::row::Row;
-use super::usage::Usage;
-use super::writer::{Fate, Job};
+use crate::audit::bounds::limits::{Pruned, SharedStats};
+use crate::audit::bounds::prune::{self, SweepBatch};
+use crate::audit::bounds::usage::Usage;
+use crate::audit::dual::writer_side::Answer;
+use crate::audit::row::Row;
+use crate::audit::writer::{Fate, Job};
 use crate::store::{Store, StoreError};
 use crate::telemetry;
 
@@ -45,7 +45,7 @@ pub(crate) struct Tally {
 }
 
 /// A request taken into a group, waiting for the group's fate to be answered.
-pub(super) enum Taken {
+pub(crate) enum Taken {
     /// A change: its row when accepted, `None` when refused.
     Change {
         job: Box<dyn Job>,
@@ -73,7 +73,7 @@ pub(super) enum Taken {
 }
 
 /// A group the writer prepared: its batch, its callers, and what it makes of the counters.
-pub(super) struct Prepared {
+pub(crate) struct Prepared {
     /// Groups prepared on top of a batch that failed share its epoch and are abandoned.
     pub epoch: u64,
     pub batch: WriteBatch,
@@ -100,14 +100,14 @@ impl Taken {
     /// back together and the next sweep deletes them again; and the next synced write makes
     /// it durable with itself, the WAL being written in order. Not waiting for an fsync of
     /// its own, the changes that come in while a sweep runs do not wait for one either.
-    pub(super) fn needs_sync(&self) -> bool {
+    pub(crate) fn needs_sync(&self) -> bool {
         !matches!(self, Taken::Sweep { .. })
     }
 }
 
 /// What became of a prepared group, as the writer hears it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Outcome {
+pub(crate) enum Outcome {
     /// On disk (or nothing to write).
     Written,
     /// Not written: its batch failed, or it was prepared on top of one that did.
@@ -115,7 +115,7 @@ pub(super) enum Outcome {
 }
 
 /// The syncer thread's state.
-pub(super) struct Syncer {
+pub(crate) struct Syncer {
     pub store: Store,
     /// Tells readers (the publisher) the last committed seq: a hint, not the truth.
     pub committed: watch::Sender<u64>,
@@ -128,7 +128,7 @@ pub(super) struct Syncer {
 }
 
 /// The syncer thread: write every group the writer hands over, in order, until it hangs up.
-pub(super) fn run(
+pub(crate) fn run(
     syncer: &Mutex<Syncer>,
     groups: mpsc::Receiver<Prepared>,
     outcomes: mpsc::Sender<Outcome>,
@@ -144,7 +144,7 @@ pub(super) fn run(
 
 impl Syncer {
     /// Write one group (or abandon it) and answer its callers; the writer hears first.
-    pub(super) fn sync(&mut self, p: Prepared, outcomes: &mpsc::Sender<Outcome>) {
+    pub(crate) fn sync(&mut self, p: Prepared, outcomes: &mpsc::Sender<Outcome>) {
         let written = if self.failed.is_some_and(|epoch| p.epoch <= epoch) {
             // Validated against a batch that was not written: write none of it. Its
             // refusals are not counted either: they were decided against that batch too.
@@ -223,13 +223,13 @@ fn write(store: &Store, batch: WriteBatch, sync: bool) -> Result<(), StoreError>
     store.write(batch, sync)
 }
 
-pub(super) fn abandoned() -> StoreError {
+pub(crate) fn abandoned() -> StoreError {
     StoreError::Unavailable("an earlier batch it was validated against was not written".into())
 }
 
 /// Answer every request of a group: `written` is the batch's fate; `stale`: the group was
 /// prepared on top of a batch that failed, so even its refusals may be wrong.
-pub(super) fn complete(taken: Vec<Taken>, written: Result<u64, StoreError>, stale: bool) {
+pub(crate) fn complete(taken: Vec<Taken>, written: Result<u64, StoreError>, stale: bool) {
     let unwritten = |e: &StoreError| StoreError::Unavailable(format!("batch not written: {e}"));
     for t in taken {
         match t {

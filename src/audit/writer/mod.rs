@@ -17,6 +17,10 @@
 //! only rows already written, and `prune::Head` knows which of them the groups not yet
 //! written delete.
 
+pub(crate) mod stage;
+pub(crate) mod sync;
+pub(crate) mod tx;
+
 use std::collections::{BTreeMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{mpsc as std_mpsc, Arc, Mutex};
@@ -27,19 +31,19 @@ use rand::RngCore;
 use rocksdb::WriteBatch;
 use tokio::sync::{mpsc, oneshot};
 
-use super::context::Context;
-use super::hash::{SubjectHasher, KEY_LEN};
-use super::incarnation::History;
-use super::limits::{Limits, Pruned};
-use super::pending;
-use super::prune::{self, Head, Pruning, SweepBatch};
-use super::refresh;
-use super::row::{Change, Row};
-use super::stage::Staged;
-use super::sync::{Outcome, Prepared, Syncer, Taken, Tally};
-use super::tx::{Op, Overlay, Tx};
-use super::usage::Usage;
-use super::Clock;
+use crate::audit::bounds::limits::{Limits, Pruned};
+use crate::audit::bounds::prune::{self, Head, Pruning, SweepBatch};
+use crate::audit::bounds::usage::Usage;
+use crate::audit::context::Context;
+use crate::audit::dual::writer_side as pending;
+use crate::audit::hash::{SubjectHasher, KEY_LEN};
+use crate::audit::restore::incarnation::History;
+use crate::audit::restore::refresh;
+use crate::audit::row::{Change, Row};
+use crate::audit::writer::stage::Staged;
+use crate::audit::writer::sync::{Outcome, Prepared, Syncer, Taken, Tally};
+use crate::audit::writer::tx::{Op, Overlay, Tx};
+use crate::audit::Clock;
 use crate::store::{keys, keys::meta, Cf, Store, StoreError};
 use crate::telemetry;
 
@@ -328,7 +332,7 @@ pub(crate) fn spawn(writer: Writer, syncer: Syncer) -> std::io::Result<JoinHandl
     let (state, to_writer) = (syncer_state.clone(), heard.clone());
     let syncer = std::thread::Builder::new()
         .name("audit-sync".into())
-        .spawn(move || super::sync::run(&state, to_sync, to_writer))?;
+        .spawn(move || crate::audit::writer::sync::run(&state, to_sync, to_writer))?;
     let pipe = Pipe {
         groups,
         outcomes,
@@ -345,26 +349,26 @@ pub(crate) fn spawn(writer: Writer, syncer: Syncer) -> std::io::Result<JoinHandl
 }
 
 /// The group being built: its batch and what it would make of the writer's state.
-pub(super) struct Group {
-    pub(super) batch: WriteBatch,
-    pub(super) overlay: Overlay,
-    pub(super) usage: Usage,
-    pub(super) seq: u64,
-    pub(super) positions: BTreeMap<String, u64>,
-    pub(super) pruned: Pruned,
-    pub(super) refused: u64,
+pub(crate) struct Group {
+    pub(crate) batch: WriteBatch,
+    pub(crate) overlay: Overlay,
+    pub(crate) usage: Usage,
+    pub(crate) seq: u64,
+    pub(crate) positions: BTreeMap<String, u64>,
+    pub(crate) pruned: Pruned,
+    pub(crate) refused: u64,
 }
 
 impl Group {
     /// Whether the outbox backlog, as this group leaves it (`m:audit_seq` minus the cursor),
     /// refuses an operator's change.
-    pub(super) fn backlog_full(&self, limits: &Limits) -> bool {
+    pub(crate) fn backlog_full(&self, limits: &Limits) -> bool {
         prune::backlog(prune::cursor(&self.positions), self.seq) >= limits.outbox_max_backlog
     }
 }
 
 /// What became of a change offered to the group.
-pub(super) enum Admitted {
+pub(crate) enum Admitted {
     /// Accepted as this row (boxed: a row is large, the refusals are not).
     Row(Box<Row>),
     /// Refused by its own validation (or it failed): the job knows why.
@@ -545,7 +549,11 @@ impl Writer {
         }
         if let Err(std_mpsc::SendError(prepared)) = pipe.groups.send(prepared) {
             tracing::error!("the audit syncer thread stopped; the writer stops too");
-            super::sync::complete(prepared.taken, Err(super::sync::abandoned()), true);
+            crate::audit::writer::sync::complete(
+                prepared.taken,
+                Err(crate::audit::writer::sync::abandoned()),
+                true,
+            );
             return false;
         }
         true
@@ -554,7 +562,11 @@ impl Writer {
     /// Answer a group that will not be written because a batch before it failed.
     fn abandon(&mut self, o: Open) {
         self.head.unwritten();
-        super::sync::complete(o.taken, Err(super::sync::abandoned()), true);
+        crate::audit::writer::sync::complete(
+            o.taken,
+            Err(crate::audit::writer::sync::abandoned()),
+            true,
+        );
     }
 
     /// Hear the outcomes of the groups handed to the syncer: every one when `all` (and
@@ -766,7 +778,7 @@ impl Writer {
     /// Put a staged row (and the ops of its change) into the group under the next seq, after
     /// pruning the trail to make room for it under the ceilings; a change that is not
     /// `exempt` is refused if it still does not fit.
-    pub(super) fn admit(
+    pub(crate) fn admit(
         &mut self,
         g: &mut Group,
         staged: Staged,
@@ -798,7 +810,7 @@ impl Writer {
 
     /// Delete the oldest rows group `g` may until a row of `need` bytes fits under the
     /// ceilings, counting them as pruned by the ceilings. Whether it fits.
-    pub(super) fn make_room(&mut self, g: &mut Group, need: u64) -> Result<bool, StoreError> {
+    pub(crate) fn make_room(&mut self, g: &mut Group, need: u64) -> Result<bool, StoreError> {
         let limits = self.limits;
         let (pruned, fits) = self.pruning(g).make_room(need, &limits)?;
         g.pruned.ceiling += pruned;

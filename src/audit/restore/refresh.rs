@@ -18,12 +18,12 @@ use std::collections::HashMap;
 
 use serde_json::{json, Value};
 
-use super::pending::{Answer, SettleReply, Settled};
-use super::row::{decode_row, Change, Row, RowResult};
-use super::settle::Present;
-use super::stage::Staged;
-use super::writer::{Admitted, Group, Request, Writer};
-use super::Trail;
+use crate::audit::dual::settle::Present;
+use crate::audit::dual::writer_side::{Answer, SettleReply, Settled};
+use crate::audit::row::{decode_row, Change, Row, RowResult};
+use crate::audit::writer::stage::Staged;
+use crate::audit::writer::{Admitted, Group, Request, Writer};
+use crate::audit::Trail;
 use crate::store::{keys, Cf, Store, StoreError};
 
 /// The verb of a state-refresh row's action: `<kind>.refresh`.
@@ -241,8 +241,8 @@ impl Trail {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::audit::ROW_FORMAT;
+    use crate::audit::*;
 
     fn row(action: &str, result: RowResult, refresh: bool, after: Option<&str>) -> Row {
         Row {

@@ -1,6 +1,6 @@
 //! Settlement: every pending row whose caller will never finish it becomes a trail row.
 //!
-//! Two kinds of rows need it: those of a [`Pending`](super::Pending) dropped unfinished while
+//! Two kinds of rows need it: those of a [`Pending`](crate::audit::Pending) dropped unfinished while
 //! the node runs (its id arrives on a channel), and those a crash left behind (found at boot:
 //! every pending id up to the last one handed out before this boot). For each, the subject's
 //! [`Reconcile`] reads its present state, and the writer compares its hash with the row's
@@ -24,10 +24,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::dual_events;
-use super::pending::{self, SettleReq, Settled};
-use super::writer::Request;
-use super::Trail;
+use crate::audit::dual::writer_side::{self as pending, SettleReq, Settled};
+use crate::audit::dual_events;
+use crate::audit::writer::Request;
+use crate::audit::Trail;
 use crate::store::{keys, Cf, StoreError};
 
 /// A subject's present state, as its reconciler read it.
@@ -49,7 +49,7 @@ pub trait Reconcile: Send + Sync {
     /// hold drops (`None`: not a locator of this kind, nothing held).
     async fn hold(&self, locator: &Value) -> Option<Hold>;
 
-    /// The subject at `locator` (what its change put in [`Change::locate`](super::Change)):
+    /// The subject at `locator` (what its change put in [`Change::locate`](crate::audit::Change)):
     /// `Ok(None)` when it does not exist, `Err` (why) when its store cannot be read now.
     async fn present(&self, locator: &Value) -> Result<Option<Present>, String>;
 }
@@ -89,7 +89,7 @@ impl Default for SettleOptions {
 
 impl Trail {
     /// Start settling: first every pending row left by an earlier run, then every
-    /// [`Pending`](super::Pending) dropped unfinished, until `shutdown`. Only the first call
+    /// [`Pending`](crate::audit::Pending) dropped unfinished, until `shutdown`. Only the first call
     /// starts anything; what is unsettled at shutdown stays for the next boot.
     pub fn start_settlement(
         &self,

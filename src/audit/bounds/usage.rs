@@ -188,7 +188,7 @@ impl Progress {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::audit::*;
 
     fn stored(u: Usage) -> Vec<u8> {
         u.encode()

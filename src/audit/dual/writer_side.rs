@@ -17,13 +17,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use super::context::Context;
-use super::dual::{Finish, Pending};
-use super::dual_events;
-use super::row::{Change, Row, RowResult, ROW_FORMAT};
-use super::settle::Presence;
-use super::tx::Tx;
-use super::writer::{Group, Writer};
+use crate::audit::context::Context;
+use crate::audit::dual::settle::Presence;
+use crate::audit::dual::{Finish, Pending};
+use crate::audit::dual_events;
+use crate::audit::row::{Change, Row, RowResult, ROW_FORMAT};
+use crate::audit::writer::tx::Tx;
+use crate::audit::writer::{Group, Writer};
 use crate::store::{keys, keys::meta, Cf, Store, StoreError};
 use crate::telemetry;
 
@@ -102,7 +102,7 @@ pub(crate) fn last_id(store: &Store) -> Result<u64, StoreError> {
         .and_then(|(k, _)| keys::decode_seq_key(keys::PENDING, &k))
         .unwrap_or(0);
     let last = store.meta_u64(meta::PENDING_SEQ)?.max(newest);
-    super::writer::reachable("m:pending_seq", last)
+    crate::audit::writer::reachable("m:pending_seq", last)
 }
 
 /// Why a begin was refused. Nothing of it was written.
@@ -471,7 +471,7 @@ fn refuse(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::audit::*;
     use rocksdb::WriteBatch;
 
     fn row(action: &str) -> PendingRow {
@@ -525,14 +525,14 @@ mod tests {
     struct Absent;
 
     #[async_trait::async_trait]
-    impl crate::audit::settle::Reconcile for Absent {
-        async fn hold(&self, _: &Value) -> Option<crate::audit::settle::Hold> {
+    impl crate::audit::dual::settle::Reconcile for Absent {
+        async fn hold(&self, _: &Value) -> Option<crate::audit::dual::settle::Hold> {
             None
         }
         async fn present(
             &self,
             _: &Value,
-        ) -> Result<Option<crate::audit::settle::Present>, String> {
+        ) -> Result<Option<crate::audit::dual::settle::Present>, String> {
             Ok(None)
         }
     }
@@ -568,7 +568,7 @@ mod tests {
         let trail =
             crate::audit::Trail::start(store.clone(), options, Arc::new(crate::audit::SystemClock))
                 .unwrap();
-        let mut reconcilers = crate::audit::settle::Reconcilers::new();
+        let mut reconcilers = crate::audit::dual::settle::Reconcilers::new();
         reconcilers.insert("route".into(), Arc::new(Absent) as Arc<_>);
         let stop = tokio_util::sync::CancellationToken::new();
         let settling = trail

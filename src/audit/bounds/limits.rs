@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::usage::Usage;
+use crate::audit::bounds::usage::Usage;
 
 /// How long rows are kept, how large the trail may grow, and how far the lifecycle sinks may
 /// fall behind before operators' changes are refused.

@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
-use super::Trail;
+use crate::audit::Trail;
 use crate::store::{keys, Cf, Store, StoreError};
 use crate::telemetry;
 

@@ -1,0 +1,6 @@
+//! Bounding the trail.
+
+pub(crate) mod limits;
+pub(crate) mod prune;
+pub mod retention;
+pub(crate) mod usage;
