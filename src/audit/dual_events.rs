@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use prometheus::{IntCounter, IntCounterVec, Opts};
 
-use crate::audit::dual::writer_side::Settled;
+use crate::audit::Settled;
 use crate::telemetry;
 
 struct Metrics {

@@ -188,7 +188,7 @@ impl Progress {
 
 #[cfg(test)]
 mod tests {
-    use crate::audit::*;
+    use super::*;
 
     fn stored(u: Usage) -> Vec<u8> {
         u.encode()

@@ -1,212 +1,22 @@
-//! Pending rows: the writer's half of a dual write (`Trail::begin` and `finish`), and of the
-//! settlement of a change that was begun and never finished.
-//!
-//! A change that lives outside this store (a route in Redis) cannot share a batch with its
-//! row. So the writer first puts a pending row `p`+id, synced, saying what is about to happen,
-//! with the hashes of the states before and after (the states themselves are never stored);
-//! the caller applies the change; then ONE batch deletes `p`+id and writes the trail row with
-//! the outcome. The trail row takes its seq only then, from the normal counter: a begun change
-//! never holds a trail seq, because a reader that resumes after the last seq it saw must never
-//! miss a row that lands later with a smaller key. Pending ids count apart, in
-//! `m:pending_seq`.
+//! The writer's side of a dual write: putting a pending row into a group, and moving it into
+//! the trail with the outcome its caller gives (`finish`) or settlement finds (`settle`).
 //!
 //! Settlement hands the writer the subject's present state, read by the subject's reconciler;
 //! it is hashed and compared here, because the hash key never leaves the writer.
 
-use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
-use tokio::sync::{mpsc, oneshot};
+use serde_json::Value;
+use tokio::sync::oneshot;
 
+use super::handle::{Finish, Pending};
+use super::pending_row::{decode_pending, PendingRow, PENDING_FORMAT};
+use super::requests::{Answer, Begin, FinishReq, Refusal, SettleReq};
+use super::settle::Presence;
 use crate::audit::context::Context;
-use crate::audit::dual::settle::Presence;
-use crate::audit::dual::{Finish, Pending};
-use crate::audit::dual_events;
 use crate::audit::row::{Change, Row, RowResult, ROW_FORMAT};
 use crate::audit::writer::tx::Tx;
 use crate::audit::writer::{Group, Writer};
-use crate::store::{keys, keys::meta, Cf, Store, StoreError};
+use crate::store::{keys, keys::meta, Cf, StoreError};
 use crate::telemetry;
-
-/// The format version written into every pending row.
-pub const PENDING_FORMAT: u32 = 1;
-
-/// A pending row: what a begun change is about to do. Never a secret or a spec, like a row,
-/// nor an entity: the entity its event will carry, redacted, when lifecycle events are on, is
-/// beside it at `q`+id (written in the same batch), and finishing moves it to `o`+seq. It
-/// must be kept until then, because a delete's event carries the subject as it was, which a
-/// settlement after a crash cannot read back.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PendingRow {
-    /// Format version ([`PENDING_FORMAT`]).
-    pub v: u32,
-    /// When it was begun (unix milliseconds).
-    pub begun_at: u64,
-    /// Who asked.
-    pub actor: String,
-    /// The client's address.
-    pub remote_ip: Option<String>,
-    /// The request's id.
-    pub request_id: Option<String>,
-    /// `<kind>.<verb>`, e.g. `route.update`.
-    pub action: String,
-    /// The subject's tenant.
-    pub tenant: Option<String>,
-    /// The subject, e.g. `routes/r1`.
-    pub resource: String,
-    /// What the caller put in the detail.
-    pub detail: Map<String, Value>,
-    /// HMAC of the subject before the change.
-    pub before_hash: Option<String>,
-    /// HMAC of the subject as the change is about to write it.
-    pub after_hash: Option<String>,
-    /// The subject's revision after the change.
-    pub revision: Option<u64>,
-    /// The subject's kind: which reconciler settles it (`None`: none can).
-    pub kind: Option<String>,
-    /// Where the reconciler finds the subject.
-    pub locator: Option<Value>,
-    /// Only in pending rows written before the entity moved to `q`+id: the redacted entity
-    /// to publish if the change settles `ok`. Read, never written.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub entity: Option<Value>,
-}
-
-/// Decode a pending row's value.
-pub fn decode_pending(key: &[u8], value: &[u8]) -> Result<PendingRow, StoreError> {
-    serde_json::from_slice(value).map_err(|e| StoreError::Corrupt {
-        what: format!("pending row {}", hex::encode(key)),
-        detail: e.to_string(),
-    })
-}
-
-/// Every pending row of the store, by id, in id order.
-pub fn pending_rows(store: &Store) -> Result<Vec<(u64, PendingRow)>, StoreError> {
-    let mut rows = Vec::new();
-    let mut failure = None;
-    store.scan(Cf::Audit, &[keys::PENDING], &[keys::PENDING], |k, v| {
-        match (keys::decode_seq_key(keys::PENDING, k), decode_pending(k, v)) {
-            (Some(id), Ok(row)) => rows.push((id, row)),
-            (_, Err(e)) => failure = Some(e),
-            (None, _) => {}
-        }
-        failure.is_none()
-    })?;
-    failure.map_or(Ok(rows), Err)
-}
-
-/// The last pending id handed out: `m:pending_seq`, or the newest pending row if a damaged
-/// store says less. Never hand out an id twice.
-pub(crate) fn last_id(store: &Store) -> Result<u64, StoreError> {
-    let newest = store
-        .last(Cf::Audit, &[keys::PENDING])?
-        .and_then(|(k, _)| keys::decode_seq_key(keys::PENDING, &k))
-        .unwrap_or(0);
-    let last = store.meta_u64(meta::PENDING_SEQ)?.max(newest);
-    crate::audit::writer::reachable("m:pending_seq", last)
-}
-
-/// Why a begin was refused. Nothing of it was written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Refusal {
-    /// The ceilings or the outbox backlog.
-    Backlog,
-    /// The store could not be read or written.
-    Unavailable,
-}
-
-/// What a finish or a settlement wrote.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Settled {
-    /// The trail row's seq.
-    pub seq: u64,
-    /// What the row says the change did.
-    pub result: RowResult,
-    /// Flagged for a state-refresh event.
-    pub refresh: bool,
-}
-
-/// The answer to a settlement: `None` when the pending row was already gone (finished or
-/// settled by another path).
-pub(crate) type SettleReply = oneshot::Sender<Result<Option<Settled>, StoreError>>;
-
-/// Write a pending row.
-pub(crate) struct Begin {
-    pub ctx: Context,
-    pub change: Change,
-    /// Where the `Pending` sends its id if it is dropped unfinished.
-    pub abandoned: mpsc::UnboundedSender<u64>,
-    pub reply: oneshot::Sender<Result<Pending, Refusal>>,
-}
-
-/// Move pending row `id` into the trail with the caller's outcome.
-pub(crate) struct FinishReq {
-    pub id: u64,
-    pub how: Finish,
-    pub reply: SettleReply,
-}
-
-/// Move pending row `id` into the trail with what reconcile found.
-pub(crate) struct SettleReq {
-    pub id: u64,
-    pub presence: Presence,
-    pub reply: SettleReply,
-}
-
-/// A pending request taken into the group, answered once the batch is written (or not).
-pub(crate) enum Answer {
-    Begun {
-        pending: Pending,
-        reply: oneshot::Sender<Result<Pending, Refusal>>,
-    },
-    Refused {
-        why: Refusal,
-        reply: oneshot::Sender<Result<Pending, Refusal>>,
-    },
-    Settled {
-        row: Result<Option<Box<Row>>, StoreError>,
-        reply: SettleReply,
-    },
-}
-
-impl Answer {
-    /// Answer the caller; `written` is the group batch's fate.
-    pub(crate) fn complete(self, written: &Result<u64, StoreError>) {
-        match self {
-            Answer::Begun { mut pending, reply } => {
-                if written.is_err() {
-                    // Nothing was written: there is nothing to settle.
-                    pending.disarm();
-                    let _ = reply.send(Err(Refusal::Unavailable));
-                } else {
-                    dual_events::begun();
-                    if let Err(Ok(pending)) = reply.send(Ok(pending)) {
-                        // The caller is gone: dropping the Pending hands it to settlement.
-                        drop(pending);
-                    }
-                }
-            }
-            Answer::Refused { why, reply } => {
-                let _ = reply.send(Err(why));
-            }
-            Answer::Settled { row, reply } => {
-                let answer = match (written, row) {
-                    (Err(e), _) => Err(StoreError::Unavailable(format!("batch not written: {e}"))),
-                    (Ok(_), Err(e)) => Err(e),
-                    (Ok(_), Ok(None)) => Ok(None),
-                    (Ok(_), Ok(Some(row))) => {
-                        telemetry::row_committed(&row);
-                        Ok(Some(Settled {
-                            seq: row.seq,
-                            result: row.result,
-                            refresh: row.refresh,
-                        }))
-                    }
-                };
-                let _ = reply.send(answer);
-            }
-        }
-    }
-}
 
 /// Put a pending row into the group: an operator's change may be refused by the outbox
 /// backlog or the ceilings (room is made for the row its finish will write), a system one
@@ -222,6 +32,42 @@ pub(crate) fn begin(w: &mut Writer, g: &mut Group, at: u64, req: Begin) -> Answe
     if !exempt && g.backlog_full(&w.limits) {
         return refuse(g, "backlog", reply);
     }
+    let (row, entity) = pending_row_of(w, at, ctx, change);
+    let value = serde_json::to_vec(&row).expect("a pending row always serializes");
+    let entity = entity
+        .filter(|_| w.lifecycle)
+        .map(|e| serde_json::to_vec(&e).expect("an entity always serializes"));
+    // About the size of the row (and entity) it becomes.
+    let size = keys::ROW_KEY_LEN + value.len() + entity.as_ref().map_or(0, Vec::len);
+    match w.make_room(g, size as u64) {
+        Ok(fits) => {
+            if !fits && !exempt {
+                return refuse(g, "ceiling", reply);
+            }
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "reading the oldest rows failed; change not begun");
+            return Answer::Refused {
+                why: Refusal::Unavailable,
+                reply,
+            };
+        }
+    }
+    let id = put_pending(w, g, value, entity);
+    Answer::Begun {
+        pending: Pending::new(id, row.resource, abandoned),
+        reply,
+    }
+}
+
+/// The pending row of `change`, begun at `at` (its states hashed, never stored), and the
+/// entity its event is to carry.
+fn pending_row_of(
+    w: &Writer,
+    at: u64,
+    ctx: Context,
+    change: Change,
+) -> (PendingRow, Option<Value>) {
     let (kind, locator) = change
         .locator
         .map(|(k, l)| (Some(k), Some(l)))
@@ -243,29 +89,14 @@ pub(crate) fn begin(w: &mut Writer, g: &mut Group, at: u64, req: Begin) -> Answe
         locator,
         entity: None,
     };
-    let value = serde_json::to_vec(&row).expect("a pending row always serializes");
-    let entity = change
-        .entity
-        .filter(|_| w.lifecycle)
-        .map(|e| serde_json::to_vec(&e).expect("an entity always serializes"));
-    // About the size of the row (and entity) it becomes.
-    let size = keys::ROW_KEY_LEN + value.len() + entity.as_ref().map_or(0, Vec::len);
-    match w.make_room(g, size as u64) {
-        Ok(fits) => {
-            if !fits && !exempt {
-                return refuse(g, "ceiling", reply);
-            }
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "reading the oldest rows failed; change not begun");
-            return Answer::Refused {
-                why: Refusal::Unavailable,
-                reply,
-            };
-        }
-    }
-    w.pending += 1;
-    let id = w.pending;
+    (row, change.entity)
+}
+
+/// Hand out the next pending id and put its row (`value`) and entity into the group, with
+/// `m:pending_seq`.
+fn put_pending(w: &mut Writer, g: &mut Group, value: Vec<u8>, entity: Option<Vec<u8>>) -> u64 {
+    w.last_pending_id += 1;
+    let id = w.last_pending_id;
     let key = keys::pending_key(id);
     let audit = w.store.cf(Cf::Audit);
     g.batch.put_cf(audit, key, &value);
@@ -277,10 +108,7 @@ pub(crate) fn begin(w: &mut Writer, g: &mut Group, at: u64, req: Begin) -> Answe
     }
     g.batch
         .put_cf(audit, keys::meta_key(meta::PENDING_SEQ), id.to_be_bytes());
-    Answer::Begun {
-        pending: Pending::new(id, row.resource, abandoned),
-        reply,
-    }
+    id
 }
 
 /// Move pending row `id` into the trail as the caller says it went. Never refused.
@@ -289,7 +117,7 @@ pub(crate) fn finish(w: &mut Writer, g: &mut Group, at: u64, req: FinishReq) -> 
         // A change the other store refused changed nothing: like a refused commit, it
         // leaves no row. Only the pending row (and its entity) goes.
         remove(w, g, req.id);
-        return Answer::Settled {
+        return Answer::Row {
             row: Ok(None),
             reply: req.reply,
         };
@@ -302,7 +130,7 @@ pub(crate) fn finish(w: &mut Writer, g: &mut Group, at: u64, req: FinishReq) -> 
             Finish::Unknown | Finish::Refused => (RowResult::Interrupted, false, None),
         })
     });
-    Answer::Settled {
+    Answer::Row {
         row,
         reply: req.reply,
     }
@@ -335,12 +163,12 @@ pub(crate) fn settle(w: &mut Writer, g: &mut Group, at: u64, req: SettleReq) -> 
             Presence::Unreadable | Presence::Unreconciled => (RowResult::Interrupted, false, None),
         })
     });
-    Answer::Settled { row, reply }
+    Answer::Row { row, reply }
 }
 
 /// How a pending row went: its result, whether it is flagged for a state refresh, and the
 /// entity its event carries (`None`: no event).
-type Outcome = (RowResult, bool, Option<Value>);
+type Verdict = (RowResult, bool, Option<Value>);
 
 /// Pending row `id`, if it is still there, moved into the trail as `decide` says it went.
 fn move_into_trail(
@@ -348,7 +176,7 @@ fn move_into_trail(
     g: &mut Group,
     at: u64,
     id: u64,
-    decide: impl FnOnce(&Writer, &Group, &mut PendingRow) -> Result<Outcome, StoreError>,
+    decide: impl FnOnce(&Writer, &Group, &mut PendingRow) -> Result<Verdict, StoreError>,
 ) -> Result<Option<Box<Row>>, StoreError> {
     let Some(mut p) = load(w, g, id)? else {
         return Ok(None);
@@ -414,24 +242,7 @@ fn into_trail(
     entity: Option<Value>,
 ) -> Box<Row> {
     let publish = w.lifecycle && entity.is_some();
-    let row = Row {
-        v: ROW_FORMAT,
-        seq: g.seq + 1,
-        at,
-        actor: p.actor,
-        remote_ip: p.remote_ip,
-        request_id: p.request_id,
-        action: p.action,
-        tenant: p.tenant,
-        resource: p.resource,
-        detail: p.detail,
-        before_hash: p.before_hash,
-        after_hash: p.after_hash,
-        revision: p.revision,
-        result,
-        publish,
-        refresh,
-    };
+    let row = trail_row(p, (g.seq + 1, at), result, publish, refresh);
     let value = serde_json::to_vec(&row).expect("a row always serializes");
     let entity = entity
         .filter(|_| publish)
@@ -455,6 +266,34 @@ fn into_trail(
     Box::new(row)
 }
 
+/// The trail row pending row `p` becomes as row `seq` at `at`.
+fn trail_row(
+    p: PendingRow,
+    (seq, at): (u64, u64),
+    result: RowResult,
+    publish: bool,
+    refresh: bool,
+) -> Row {
+    Row {
+        v: ROW_FORMAT,
+        seq,
+        at,
+        actor: p.actor,
+        remote_ip: p.remote_ip,
+        request_id: p.request_id,
+        action: p.action,
+        tenant: p.tenant,
+        resource: p.resource,
+        detail: p.detail,
+        before_hash: p.before_hash,
+        after_hash: p.after_hash,
+        revision: p.revision,
+        result,
+        publish,
+        refresh,
+    }
+}
+
 /// Refuse a begin with `AuditBacklog` (`reason`: which limit), as the writer refuses a commit.
 fn refuse(
     g: &mut Group,
@@ -471,55 +310,11 @@ fn refuse(
 
 #[cfg(test)]
 mod tests {
-    use crate::audit::*;
+    use super::*;
+    use crate::audit::dual::pending_row::pending_rows;
+    use crate::audit::dual::pending_row::tests::row;
+    use crate::store::Store;
     use rocksdb::WriteBatch;
-
-    fn row(action: &str) -> PendingRow {
-        PendingRow {
-            v: PENDING_FORMAT,
-            begun_at: 1,
-            actor: "alice".into(),
-            remote_ip: None,
-            request_id: None,
-            action: action.into(),
-            tenant: Some("t1".into()),
-            resource: "routes/r1".into(),
-            detail: Map::new(),
-            before_hash: None,
-            after_hash: Some("ab".into()),
-            revision: Some(1),
-            kind: Some("route".into()),
-            locator: Some(serde_json::json!({"tenant": "t1", "id": "r1"})),
-            entity: None,
-        }
-    }
-
-    #[test]
-    fn the_last_id_is_never_below_a_stored_pending_row() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
-        assert_eq!(last_id(&store).unwrap(), 0);
-        let mut batch = WriteBatch::default();
-        let audit = store.cf(Cf::Audit);
-        batch.put_cf(audit, keys::meta_key(meta::PENDING_SEQ), 5u64.to_be_bytes());
-        for (id, action) in [(3, "route.create"), (7, "route.update")] {
-            let value = serde_json::to_vec(&row(action)).unwrap();
-            batch.put_cf(audit, keys::pending_key(id), value);
-        }
-        store.write(batch, true).unwrap();
-        // A damaged m:pending_seq below a stored row: the row wins.
-        assert_eq!(last_id(&store).unwrap(), 7);
-        let rows = pending_rows(&store).unwrap();
-        assert_eq!(rows.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [3, 7]);
-        assert_eq!(rows[1].1, row("route.update"));
-        let mut batch = WriteBatch::default();
-        batch.put_cf(audit, keys::pending_key(9), b"not json");
-        store.write(batch, true).unwrap();
-        assert!(matches!(
-            pending_rows(&store),
-            Err(StoreError::Corrupt { .. })
-        ));
-    }
 
     /// A subject that is always absent.
     struct Absent;

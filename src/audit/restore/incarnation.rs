@@ -67,7 +67,7 @@ impl History {
 
 #[cfg(test)]
 mod tests {
-    use crate::audit::*;
+    use super::*;
 
     #[test]
     fn of_picks_the_entry_with_the_largest_from_not_above_seq() {

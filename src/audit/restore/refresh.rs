@@ -18,12 +18,11 @@ use std::collections::HashMap;
 
 use serde_json::{json, Value};
 
+use crate::audit::dual::requests::{Answer, RowReply};
 use crate::audit::dual::settle::Present;
-use crate::audit::dual::writer_side::{Answer, SettleReply, Settled};
 use crate::audit::row::{decode_row, Change, Row, RowResult};
 use crate::audit::writer::stage::Staged;
-use crate::audit::writer::{Admitted, Group, Request, Writer};
-use crate::audit::Trail;
+use crate::audit::writer::{Admitted, Group, Writer};
 use crate::store::{keys, Cf, Store, StoreError};
 
 /// The verb of a state-refresh row's action: `<kind>.refresh`.
@@ -166,7 +165,7 @@ pub struct Refresh {
 /// A refresh on its way to the writer.
 pub(crate) struct RefreshReq {
     pub refresh: Refresh,
-    pub reply: SettleReply,
+    pub reply: RowReply,
 }
 
 /// On the writer: hash the present state; if the trail already says it, write nothing,
@@ -180,13 +179,13 @@ pub(crate) fn take(w: &mut Writer, g: &mut Group, at: u64, req: RefreshReq) -> A
     let hash = w.hasher.hash(state.as_ref());
     let before_hash = match r.known {
         Some(Known::State(known)) if known == hash => {
-            return Answer::Settled {
+            return Answer::Row {
                 row: Ok(None),
                 reply,
             }
         }
         None if hash.is_none() => {
-            return Answer::Settled {
+            return Answer::Row {
                 row: Ok(None),
                 reply,
             }
@@ -207,42 +206,13 @@ pub(crate) fn take(w: &mut Writer, g: &mut Group, at: u64, req: RefreshReq) -> A
             "reading the oldest rows to make room failed".into(),
         )),
     };
-    Answer::Settled { row, reply }
-}
-
-impl Trail {
-    /// The first seq of the restored incarnation whose remote subjects are still to be
-    /// refreshed (`m:refresh_pending`), as of boot.
-    pub fn refresh_pending(&self) -> Option<u64> {
-        self.refresh_pending
-    }
-
-    /// What the trail says of every subject of `kinds` (see [`TrailStates`]), off the
-    /// runtime.
-    pub async fn remote_states(&self, kinds: Vec<String>) -> Result<TrailStates, StoreError> {
-        let (store, from) = (self.store.clone(), self.usage().from);
-        tokio::task::spawn_blocking(move || states(&store, from, &kinds))
-            .await
-            .unwrap_or_else(|e| Err(StoreError::Unavailable(format!("scan task failed: {e}"))))
-    }
-
-    /// Write `refresh`'s state-refresh row if its present state is not what the trail says:
-    /// `Ok(None)` when it is.
-    pub async fn refresh(&self, refresh: Refresh) -> Result<Option<Settled>, StoreError> {
-        self.ask(|reply| Request::Refresh(Box::new(RefreshReq { refresh, reply })))
-            .await
-    }
-
-    /// Delete `m:refresh_pending`: every remote kind is refreshed.
-    pub async fn refresh_done(&self) -> Result<(), StoreError> {
-        self.ask(Request::RefreshDone).await
-    }
+    Answer::Row { row, reply }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
     use crate::audit::ROW_FORMAT;
-    use crate::audit::*;
 
     fn row(action: &str, result: RowResult, refresh: bool, after: Option<&str>) -> Row {
         Row {

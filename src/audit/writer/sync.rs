@@ -7,7 +7,7 @@
 //! Groups arrive in seq order over a rendezvous channel (at most one being written while
 //! the next is prepared) and are written in that order. When a batch cannot be written,
 //! every group prepared on top of it (the same epoch) is abandoned unwritten: it was
-//! validated against writes that never happened. The writer hears every outcome, in order,
+//! validated against writes that never happened. The writer hears every result, in order,
 //! and rolls its counters back to the last written group before it prepares anything else.
 
 use std::collections::BTreeMap;
@@ -17,12 +17,12 @@ use std::time::{Duration, Instant};
 use rocksdb::WriteBatch;
 use tokio::sync::{oneshot, watch};
 
+use super::request::{Fate, Job};
 use crate::audit::bounds::limits::{Pruned, SharedStats};
 use crate::audit::bounds::prune::{self, SweepBatch};
 use crate::audit::bounds::usage::Usage;
-use crate::audit::dual::writer_side::Answer;
+use crate::audit::dual::requests::Answer;
 use crate::audit::row::Row;
-use crate::audit::writer::{Fate, Job};
 use crate::store::{Store, StoreError};
 use crate::telemetry;
 
@@ -55,7 +55,7 @@ pub(crate) enum Taken {
     Backlog { job: Box<dyn Job> },
     /// A retention sweep batch.
     Sweep {
-        outcome: Result<SweepBatch, StoreError>,
+        swept: Result<SweepBatch, StoreError>,
         reply: oneshot::Sender<Result<SweepBatch, StoreError>>,
     },
     /// A sink position move.
@@ -105,9 +105,9 @@ impl Taken {
     }
 }
 
-/// What became of a prepared group, as the writer hears it.
+/// What became of a prepared group's batch, as the writer hears it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Outcome {
+pub(crate) enum BatchResult {
     /// On disk (or nothing to write).
     Written,
     /// Not written: its batch failed, or it was prepared on top of one that did.
@@ -131,24 +131,24 @@ pub(crate) struct Syncer {
 pub(crate) fn run(
     syncer: &Mutex<Syncer>,
     groups: mpsc::Receiver<Prepared>,
-    outcomes: mpsc::Sender<Outcome>,
+    results: mpsc::Sender<BatchResult>,
 ) {
     while let Some(group) = next(&groups) {
         fail::fail_point!("audit::sync_delay");
         syncer
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .sync(group, &outcomes);
+            .sync(group, &results);
     }
 }
 
 impl Syncer {
     /// Write one group (or abandon it) and answer its callers; the writer hears first.
-    pub(crate) fn sync(&mut self, p: Prepared, outcomes: &mpsc::Sender<Outcome>) {
+    pub(crate) fn sync(&mut self, p: Prepared, results: &mpsc::Sender<BatchResult>) {
         let written = if self.failed.is_some_and(|epoch| p.epoch <= epoch) {
             // Validated against a batch that was not written: write none of it. Its
             // refusals are not counted either: they were decided against that batch too.
-            let _ = outcomes.send(Outcome::Unwritten);
+            let _ = results.send(BatchResult::Unwritten);
             self.note(Pruned::default(), 0);
             complete(p.taken, Err(abandoned()), true);
             return;
@@ -162,7 +162,7 @@ impl Syncer {
             Ok(()) => {
                 self.written = p.tally;
                 // The writer hears first: it may be waiting on this group to go on.
-                let _ = outcomes.send(Outcome::Written);
+                let _ = results.send(BatchResult::Written);
                 self.note(p.pruned, p.refused);
                 if p.rows > 0 {
                     telemetry::group_committed(p.rows, p.started.elapsed());
@@ -174,7 +174,7 @@ impl Syncer {
             }
             Err(e) => {
                 self.failed = Some(p.epoch);
-                let _ = outcomes.send(Outcome::Unwritten);
+                let _ = results.send(BatchResult::Unwritten);
                 self.note(Pruned::default(), p.refused);
                 telemetry::write_failed(&e, p.rows);
                 complete(p.taken, Err(e), false);
@@ -250,9 +250,9 @@ pub(crate) fn complete(taken: Vec<Taken>, written: Result<u64, StoreError>, stal
             Taken::Meta { reply } => {
                 let _ = reply.send(written.as_ref().map(|_| ()).map_err(unwritten));
             }
-            Taken::Sweep { outcome, reply } => {
+            Taken::Sweep { swept, reply } => {
                 let result = match &written {
-                    Ok(_) => outcome,
+                    Ok(_) => swept,
                     Err(e) => Err(unwritten(e)),
                 };
                 let _ = reply.send(result);
