@@ -125,16 +125,24 @@ impl Default for TrailOptions {
 /// A handle on the audit trail. Cheap to clone; every clone talks to one writer.
 #[derive(Clone)]
 pub struct Trail {
+    /// Where requests go to the writer thread; closed once it stops.
     requests: mpsc::Sender<Request>,
+    /// The store, for reads (only the writer writes the `audit` column family).
     store: Store,
+    /// The last committed seq, moved by the syncer after every group.
     committed: watch::Receiver<u64>,
+    /// `m:incarnation` as of boot.
     history: History,
+    /// The writer thread, taken and joined by the first `shutdown`.
     thread: Arc<Mutex<Option<JoinHandle<()>>>>,
+    /// What rows are stamped with and retention measured by.
     clock: Arc<dyn Clock>,
+    /// Retention and ceilings (`[audit]`).
     limits: Limits,
+    /// What the syncer and the retention task report, read by `Trail::stats`.
     stats: SharedStats,
     /// Dual writes: where dropped `Pending`s go, and the boot's last pending id.
-    dual: Arc<dual::DualState>,
+    dual: Arc<DualState>,
     /// `m:refresh_pending` as of boot (see [`Trail::refresh_pending`]).
     refresh_pending: Option<u64>,
 }

@@ -167,51 +167,14 @@ impl Head {
             "audit::prune_read".into()
         )));
         let start = self.scanned.saturating_add(1).max(self.floor);
-        let mut rows: Vec<Candidate> = Vec::with_capacity(CHUNK);
-        store.scan(Cf::Audit, &[keys::ROW], &keys::row_seek(start), |k, v| {
-            // A key of the row prefix that is not a row key is damage: leave it, read on.
-            let Some((seq, at)) = keys::decode_row_key(k) else {
-                return true;
-            };
-            if seq >= below {
-                return false;
-            }
-            let row_bytes = (k.len() + v.len()) as u64;
-            rows.push(Candidate {
-                seq,
-                at,
-                row_bytes,
-                entity_bytes: None,
-            });
-            rows.len() < CHUNK
-        })?;
+        let mut rows = read_rows(store, start, below)?;
         let (Some(first), Some(last)) = (rows.first().map(|c| c.seq), rows.last().map(|c| c.seq))
         else {
             // Nothing is left below the bound (rows committed later have greater seqs).
             self.scanned = below.saturating_sub(1);
             return Ok(());
         };
-        let mut i = 0;
-        store.scan(
-            Cf::Audit,
-            &[keys::OUTBOX],
-            &keys::outbox_key(first),
-            |k, v| {
-                let Some(seq) = keys::decode_seq_key(keys::OUTBOX, k) else {
-                    return true;
-                };
-                if seq > last {
-                    return false;
-                }
-                while i < rows.len() && rows[i].seq < seq {
-                    i += 1;
-                }
-                if let Some(row) = rows.get_mut(i).filter(|r| r.seq == seq) {
-                    row.entity_bytes = Some((k.len() + v.len()) as u64);
-                }
-                true
-            },
-        )?;
+        note_entities(store, &mut rows, first, last)?;
         self.scanned = if rows.len() == CHUNK {
             last
         } else {
@@ -220,6 +183,61 @@ impl Head {
         self.ahead.extend(rows);
         Ok(())
     }
+}
+
+/// Up to [`CHUNK`] rows from seq `start` on, below `below`: keys and value lengths only.
+fn read_rows(store: &Store, start: u64, below: u64) -> Result<Vec<Candidate>, StoreError> {
+    let mut rows: Vec<Candidate> = Vec::with_capacity(CHUNK);
+    store.scan(Cf::Audit, &[keys::ROW], &keys::row_seek(start), |k, v| {
+        // A key of the row prefix that is not a row key is damage: leave it, read on.
+        let Some((seq, at)) = keys::decode_row_key(k) else {
+            return true;
+        };
+        if seq >= below {
+            return false;
+        }
+        let row_bytes = (k.len() + v.len()) as u64;
+        rows.push(Candidate {
+            seq,
+            at,
+            row_bytes,
+            entity_bytes: None,
+        });
+        rows.len() < CHUNK
+    })?;
+    Ok(rows)
+}
+
+/// Note the size of the outbox entity of each of `rows` (seqs `first` to `last`) that has
+/// one, in one scan of the outbox.
+fn note_entities(
+    store: &Store,
+    rows: &mut [Candidate],
+    first: u64,
+    last: u64,
+) -> Result<(), StoreError> {
+    let mut i = 0;
+    store.scan(
+        Cf::Audit,
+        &[keys::OUTBOX],
+        &keys::outbox_key(first),
+        |k, v| {
+            let Some(seq) = keys::decode_seq_key(keys::OUTBOX, k) else {
+                return true;
+            };
+            if seq > last {
+                return false;
+            }
+            while i < rows.len() && rows[i].seq < seq {
+                i += 1;
+            }
+            if let Some(row) = rows.get_mut(i).filter(|r| r.seq == seq) {
+                row.entity_bytes = Some((k.len() + v.len()) as u64);
+            }
+            true
+        },
+    )?;
+    Ok(())
 }
 
 /// Delete the outbox entities of the rows a batch deletes, after all of its row deletes.
