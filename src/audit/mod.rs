@@ -51,7 +51,7 @@ pub use dual::settle::{Hold, Present, Reconcile, Reconcilers, SettleOptions};
 pub use hash::canonical;
 pub use restore::first_boot::{RESTORE_ACTION, RESTORE_RESOURCE};
 pub use restore::incarnation::{History, Incarnation};
-pub use restore::refresh::{Known, Refresh, SubjectKey, TrailStates, REFRESH_VERB};
+pub use restore::refresh::{Known, Refresh, Refreshed, SubjectKey, TrailStates, REFRESH_VERB};
 pub use row::{
     decode_row, decode_row_as, get, page, page_within, Change, Filter, Row, RowResult, Scanned,
     ROW_FORMAT,
@@ -277,7 +277,7 @@ impl Trail {
         self.committed.clone()
     }
 
-    /// The incarnation history as of boot, including the incarnation a restored store opened
+    /// The incarnation history as of boot, including the incarnation a restored store started
     /// at this boot.
     pub fn history(&self) -> &History {
         &self.history

@@ -11,8 +11,8 @@ use super::settle::Presence;
 use crate::audit::context::Context;
 use crate::audit::dual_events;
 use crate::audit::row::{Change, Row, RowResult};
+use crate::audit::writer::sync::row_as_written;
 use crate::store::StoreError;
-use crate::telemetry;
 
 /// Why a begin was refused. Nothing of it was written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,7 +23,7 @@ pub(crate) enum Refusal {
     Unavailable,
 }
 
-/// What a finish or a settlement wrote.
+/// What a finish or a settlement wrote: the trail row its pending row became.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settled {
     /// The trail row's seq.
@@ -34,10 +34,9 @@ pub struct Settled {
     pub refresh: bool,
 }
 
-/// The answer to a finish, a settlement or a refresh: the trail row written, `None` when
-/// none was (the pending row was already gone, finished or settled by another path; a
-/// refresh that found nothing to correct).
-pub(crate) type RowReply = oneshot::Sender<Result<Option<Settled>, StoreError>>;
+/// The answer to a finish or a settlement: `None` when the pending row was already gone
+/// (finished or settled by another path), or left no row.
+pub(crate) type SettleReply = oneshot::Sender<Result<Option<Settled>, StoreError>>;
 
 /// Write a pending row.
 pub(crate) struct Begin {
@@ -52,14 +51,14 @@ pub(crate) struct Begin {
 pub(crate) struct FinishReq {
     pub id: u64,
     pub how: Finish,
-    pub reply: RowReply,
+    pub reply: SettleReply,
 }
 
 /// Move pending row `id` into the trail with what reconcile found.
 pub(crate) struct SettleReq {
     pub id: u64,
     pub presence: Presence,
-    pub reply: RowReply,
+    pub reply: SettleReply,
 }
 
 /// A pending request taken into the group, answered once the batch is written (or not).
@@ -74,10 +73,10 @@ pub(crate) enum Answer {
         why: Refusal,
         reply: oneshot::Sender<Result<Pending, Refusal>>,
     },
-    /// A trail row written (or none), for a finish, a settlement or a refresh.
-    Row {
+    /// A pending row moved into the trail (or removed, or already gone).
+    Settled {
         row: Result<Option<Box<Row>>, StoreError>,
-        reply: RowReply,
+        reply: SettleReply,
     },
 }
 
@@ -101,20 +100,14 @@ impl Answer {
             Answer::Refused { why, reply } => {
                 let _ = reply.send(Err(why));
             }
-            Answer::Row { row, reply } => {
-                let answer = match (written, row) {
-                    (Err(e), _) => Err(StoreError::Unavailable(format!("batch not written: {e}"))),
-                    (Ok(_), Err(e)) => Err(e),
-                    (Ok(_), Ok(None)) => Ok(None),
-                    (Ok(_), Ok(Some(row))) => {
-                        telemetry::row_committed(&row);
-                        Ok(Some(Settled {
-                            seq: row.seq,
-                            result: row.result,
-                            refresh: row.refresh,
-                        }))
-                    }
-                };
+            Answer::Settled { row, reply } => {
+                let answer = row_as_written(written, row).map(|row| {
+                    row.map(|row| Settled {
+                        seq: row.seq,
+                        result: row.result,
+                        refresh: row.refresh,
+                    })
+                });
                 let _ = reply.send(answer);
             }
         }

@@ -117,7 +117,7 @@ pub(crate) fn finish(w: &mut Writer, g: &mut Group, at: u64, req: FinishReq) -> 
         // A change the other store refused changed nothing: like a refused commit, it
         // leaves no row. Only the pending row (and its entity) goes.
         remove(w, g, req.id);
-        return Answer::Row {
+        return Answer::Settled {
             row: Ok(None),
             reply: req.reply,
         };
@@ -130,7 +130,7 @@ pub(crate) fn finish(w: &mut Writer, g: &mut Group, at: u64, req: FinishReq) -> 
             Finish::Unknown | Finish::Refused => (RowResult::Interrupted, false, None),
         })
     });
-    Answer::Row {
+    Answer::Settled {
         row,
         reply: req.reply,
     }
@@ -163,7 +163,7 @@ pub(crate) fn settle(w: &mut Writer, g: &mut Group, at: u64, req: SettleReq) -> 
             Presence::Unreadable | Presence::Unreconciled => (RowResult::Interrupted, false, None),
         })
     });
-    Answer::Row { row, reply }
+    Answer::Settled { row, reply }
 }
 
 /// How a pending row went: its result, whether it is flagged for a state refresh, and the

@@ -2,7 +2,7 @@
 //! unique across restores, and the refresh of the subjects a restore did not roll back.
 //!
 //! `first_boot.rs` runs first in `Trail::start`, before the writer boots: on a store a
-//! restore marked (`m:incarnation_pending`) it opens a new incarnation and writes its
+//! restore marked (`m:incarnation_pending`) it starts a new incarnation and writes its
 //! `instance.restore` row and `m:refresh_pending` in one synced batch. `incarnation.rs` maps
 //! a seq to the incarnation its event id is keyed with. `refresh.rs` is the trail's half of
 //! the refresh `m:refresh_pending` asks for: what the trail says of every remote subject, and
@@ -14,9 +14,8 @@ pub(crate) mod first_boot;
 pub(crate) mod incarnation;
 pub(crate) mod refresh;
 
-use refresh::{states, Refresh, RefreshReq, TrailStates};
+use refresh::{states, Refresh, RefreshReq, Refreshed, TrailStates};
 
-use crate::audit::dual::requests::Settled;
 use crate::audit::writer::Request;
 use crate::audit::Trail;
 use crate::store::StoreError;
@@ -39,7 +38,7 @@ impl Trail {
 
     /// Write `refresh`'s state-refresh row if its present state is not what the trail says:
     /// `Ok(None)` when it is.
-    pub async fn refresh(&self, refresh: Refresh) -> Result<Option<Settled>, StoreError> {
+    pub async fn refresh(&self, refresh: Refresh) -> Result<Option<Refreshed>, StoreError> {
         self.ask(|reply| Request::Refresh(Box::new(RefreshReq { refresh, reply })))
             .await
     }

@@ -17,11 +17,12 @@
 use std::collections::HashMap;
 
 use serde_json::{json, Value};
+use tokio::sync::oneshot;
 
-use crate::audit::dual::requests::{Answer, RowReply};
 use crate::audit::dual::settle::Present;
 use crate::audit::row::{decode_row, Change, Row, RowResult};
 use crate::audit::writer::stage::Staged;
+use crate::audit::writer::sync::row_as_written;
 use crate::audit::writer::{Admitted, Group, Writer};
 use crate::store::{keys, Cf, Store, StoreError};
 
@@ -162,15 +163,40 @@ pub struct Refresh {
     pub known: Option<Known>,
 }
 
+/// The state-refresh row [`Trail::refresh`](crate::audit::Trail::refresh) wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refreshed {
+    /// The row's seq.
+    pub seq: u64,
+}
+
+/// The answer to a refresh: `None` when the trail already said the present state.
+pub(crate) type RefreshReply = oneshot::Sender<Result<Option<Refreshed>, StoreError>>;
+
 /// A refresh on its way to the writer.
 pub(crate) struct RefreshReq {
     pub refresh: Refresh,
-    pub reply: RowReply,
+    pub reply: RefreshReply,
+}
+
+/// A refresh taken into the group, answered once the batch is written (or not).
+pub(crate) struct RefreshAnswer {
+    row: Result<Option<Box<Row>>, StoreError>,
+    reply: RefreshReply,
+}
+
+impl RefreshAnswer {
+    /// Answer the caller; `written` is the group batch's fate.
+    pub(crate) fn complete(self, written: &Result<u64, StoreError>) {
+        let answer =
+            row_as_written(written, self.row).map(|row| row.map(|row| Refreshed { seq: row.seq }));
+        let _ = self.reply.send(answer);
+    }
 }
 
 /// On the writer: hash the present state; if the trail already says it, write nothing,
 /// else put the refresh row into the group. A system change, never refused by the ceilings.
-pub(crate) fn take(w: &mut Writer, g: &mut Group, at: u64, req: RefreshReq) -> Answer {
+pub(crate) fn take(w: &mut Writer, g: &mut Group, at: u64, req: RefreshReq) -> RefreshAnswer {
     let RefreshReq { refresh: r, reply } = req;
     let (state, view) = match r.present {
         Some(p) => (Some(p.state), p.view),
@@ -179,13 +205,13 @@ pub(crate) fn take(w: &mut Writer, g: &mut Group, at: u64, req: RefreshReq) -> A
     let hash = w.hasher.hash(state.as_ref());
     let before_hash = match r.known {
         Some(Known::State(known)) if known == hash => {
-            return Answer::Row {
+            return RefreshAnswer {
                 row: Ok(None),
                 reply,
             }
         }
         None if hash.is_none() => {
-            return Answer::Row {
+            return RefreshAnswer {
                 row: Ok(None),
                 reply,
             }
@@ -206,7 +232,7 @@ pub(crate) fn take(w: &mut Writer, g: &mut Group, at: u64, req: RefreshReq) -> A
             "reading the oldest rows to make room failed".into(),
         )),
     };
-    Answer::Row { row, reply }
+    RefreshAnswer { row, reply }
 }
 
 #[cfg(test)]

@@ -108,7 +108,7 @@ impl Writer {
             Request::Begin(req) => Taken::Pending(dual::begin(self, g, at, *req)),
             Request::Finish(req) => Taken::Pending(dual::finish(self, g, at, req)),
             Request::Settle(req) => Taken::Pending(dual::settle(self, g, at, req)),
-            Request::Refresh(req) => Taken::Pending(refresh::take(self, g, at, *req)),
+            Request::Refresh(req) => Taken::Refresh(refresh::take(self, g, at, *req)),
             Request::RefreshDone(reply) => {
                 let key = keys::meta_key(meta::REFRESH_PENDING);
                 g.batch.delete_cf(self.store.cf(Cf::Audit), key);

@@ -22,6 +22,7 @@ use crate::audit::bounds::limits::{Pruned, SharedStats};
 use crate::audit::bounds::prune::{self, SweepBatch};
 use crate::audit::bounds::usage::Usage;
 use crate::audit::dual::requests::Answer;
+use crate::audit::restore::refresh::RefreshAnswer;
 use crate::audit::row::Row;
 use crate::store::{Store, StoreError};
 use crate::telemetry;
@@ -64,8 +65,10 @@ pub(crate) enum Taken {
         to: u64,
         reply: oneshot::Sender<Result<(), StoreError>>,
     },
-    /// A dual write's begin, finish or settlement, or a state refresh.
+    /// A dual write's begin, finish or settlement.
     Pending(Answer),
+    /// A state refresh.
+    Refresh(RefreshAnswer),
     /// A meta key written for a caller (the refresh marker's deletion).
     Meta {
         reply: oneshot::Sender<Result<(), StoreError>>,
@@ -223,6 +226,23 @@ fn write(store: &Store, batch: WriteBatch, sync: bool) -> Result<(), StoreError>
     store.write(batch, sync)
 }
 
+/// The row a request put into its group, as its caller hears it once the batch's fate is
+/// `written`: none of it when the batch was not written.
+pub(crate) fn row_as_written(
+    written: &Result<u64, StoreError>,
+    row: Result<Option<Box<Row>>, StoreError>,
+) -> Result<Option<Box<Row>>, StoreError> {
+    match (written, row) {
+        (Err(e), _) => Err(StoreError::Unavailable(format!("batch not written: {e}"))),
+        (Ok(_), Err(e)) => Err(e),
+        (Ok(_), Ok(None)) => Ok(None),
+        (Ok(_), Ok(Some(row))) => {
+            telemetry::row_committed(&row);
+            Ok(Some(row))
+        }
+    }
+}
+
 pub(crate) fn abandoned() -> StoreError {
     StoreError::Unavailable("an earlier batch it was validated against was not written".into())
 }
@@ -247,6 +267,7 @@ pub(crate) fn complete(taken: Vec<Taken>, written: Result<u64, StoreError>, stal
             Taken::Backlog { job } if stale => job.complete(Fate::Abandoned),
             Taken::Backlog { job } => job.complete(Fate::Backlog),
             Taken::Pending(answer) => answer.complete(&written),
+            Taken::Refresh(answer) => answer.complete(&written),
             Taken::Meta { reply } => {
                 let _ = reply.send(written.as_ref().map(|_| ()).map_err(unwritten));
             }
