@@ -204,7 +204,7 @@ async fn drain(trail: &Trail, sink: Arc<dyn Sink>, name: &str) -> Run {
     };
     // Start from a store at rest: the compaction a fill leaves behind is not the publisher's.
     let store = trail.store().clone();
-    tokio::task::spawn_blocking(move || store.settle())
+    tokio::task::spawn_blocking(move || store.quiesce())
         .await
         .unwrap()
         .unwrap();
@@ -665,7 +665,7 @@ fn read_process(store: &str) {
     let runtime = runtime();
     runtime.block_on(async {
         let trail = trail(std::path::Path::new(store), &[]);
-        trail.store().settle().unwrap();
+        trail.store().quiesce().unwrap();
         let mut best = f64::MAX;
         for _ in 0..5 {
             let started = Instant::now();

@@ -5,55 +5,64 @@
 //! them in one synced batch, so that after a kill -9 both survive or neither does. Rows are
 //! read back in seq order with [`page`], which is commit order.
 //!
-//! Only the writer (in `writer.rs`) writes the `audit` column family.
+//! Only the writer (in `writer/`) writes the `audit` column family.
+//!
+//! The module is four parts, one folder each, around a few shared pieces (`context.rs` who
+//! made a change, `row.rs` the row and reading it back, `hash.rs` the keyed subject hashes,
+//! `clock.rs` the time rows are stamped with):
+//!
+//! - `writer/`: the writer pipeline (boot, the serving loop, admission, the syncer thread);
+//! - `dual/`: dual writes (`begin`, `finish`, `record`) and the settlement of those left
+//!   unfinished;
+//! - `bounds/`: limits, usage, pruning and the retention sweep;
+//! - `restore/`: the first boot of a restored store, incarnations, and the refresh after it.
+//!
+//! `Trail` is defined here with its core methods (start, commit, sink positions, reads,
+//! shutdown); each part folder's `mod.rs` holds one `impl Trail` block with that part's own
+//! methods.
 
+mod bounds;
 mod clock;
 mod context;
 mod dual;
+
 mod hash;
-mod incarnation;
-mod limits;
-mod pending;
-mod prune;
-mod refresh;
 mod restore;
-pub mod retention;
 mod row;
-mod settle;
-mod stage;
-mod sync;
-mod tx;
-mod usage;
 mod writer;
+
+pub use bounds::retention;
 
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use tokio::sync::{mpsc, oneshot, watch};
 
+pub use bounds::limits::{Ceilings, Limits, Pruned, TrailStats};
+pub use bounds::prune::SweepBatch;
+pub use bounds::retention::SweepReport;
+pub use bounds::usage::{Mismatch, Usage};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use context::{Context, SYSTEM_ACTOR};
-pub use dual::{Finish, Pending, Recorded};
+pub use dual::handle::{Finish, Pending, Recorded};
+pub use dual::pending_row::{decode_pending, pending_rows, PendingRow, PENDING_FORMAT};
+pub use dual::requests::Settled;
+pub use dual::settle::{Hold, Present, Reconcile, Reconcilers, SettleOptions};
 pub use hash::canonical;
-pub use incarnation::{History, Incarnation};
-pub use limits::{Ceilings, Limits, Pruned, TrailStats};
-pub use pending::{decode_pending, pending_rows, PendingRow, Settled, PENDING_FORMAT};
-pub use prune::SweepBatch;
-pub use refresh::{Known, Refresh, SubjectKey, TrailStates, REFRESH_VERB};
-pub use restore::{RESTORE_ACTION, RESTORE_RESOURCE};
-pub use retention::SweepReport;
+pub use restore::first_boot::{RESTORE_ACTION, RESTORE_RESOURCE};
+pub use restore::incarnation::{History, Incarnation};
+pub use restore::refresh::{Known, Refresh, Refreshed, SubjectKey, TrailStates, REFRESH_VERB};
 pub use row::{
     decode_row, decode_row_as, get, page, page_within, Change, Filter, Row, RowResult, Scanned,
     ROW_FORMAT,
 };
-pub use settle::{Hold, Present, Reconcile, Reconcilers, SettleOptions};
-pub use tx::Tx;
-pub use usage::{Mismatch, Usage};
+pub use writer::tx::Tx;
 pub use writer::MAX_GROUP;
 
-use crate::store::{keys, Cf, Store, StoreError};
-use limits::SharedStats;
-use writer::{Advance, Fate, Job, Request, Sweep, Writer};
+use crate::store::{Store, StoreError};
+use bounds::limits::SharedStats;
+use dual::DualState;
+use writer::{Advance, Boot, CommitJob, Request};
 
 /// Why a change was not made.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -116,16 +125,24 @@ impl Default for TrailOptions {
 /// A handle on the audit trail. Cheap to clone; every clone talks to one writer.
 #[derive(Clone)]
 pub struct Trail {
+    /// Where requests go to the writer thread; closed once it stops.
     requests: mpsc::Sender<Request>,
+    /// The store, for reads (only the writer writes the `audit` column family).
     store: Store,
+    /// The last committed seq, moved by the syncer after every group.
     committed: watch::Receiver<u64>,
+    /// `m:incarnation` as of boot.
     history: History,
+    /// The writer thread, taken and joined by the first `shutdown`.
     thread: Arc<Mutex<Option<JoinHandle<()>>>>,
+    /// What rows are stamped with and retention measured by.
     clock: Arc<dyn Clock>,
+    /// Retention and ceilings (`[audit]`).
     limits: Limits,
+    /// What the syncer and the retention task report, read by `Trail::stats`.
     stats: SharedStats,
     /// Dual writes: where dropped `Pending`s go, and the boot's last pending id.
-    dual: Arc<dual::DualState>,
+    dual: Arc<DualState>,
     /// `m:refresh_pending` as of boot (see [`Trail::refresh_pending`]).
     refresh_pending: Option<u64>,
 }
@@ -144,64 +161,33 @@ impl Trail {
         options: TrailOptions,
         clock: Arc<dyn Clock>,
     ) -> Result<Trail, StoreError> {
-        // A restored store opens its new incarnation before the writer boots or takes a change.
-        restore::open_pending(&store, options.lifecycle, clock.as_ref())?;
-        let boot = writer::boot(&store, &options.sinks)?;
-        let last_pending = pending::last_id(&store)?;
-        // Whether an earlier run left pending rows for settlement to settle first.
-        let left_pending = store.last(Cf::Audit, &[keys::PENDING])?;
-        let (requests, rx) = mpsc::channel(options.queue.max(1));
-        let (committed_tx, committed) = watch::channel(boot.last_seq);
-        let cursor = prune::cursor(&boot.positions);
-        let stats = SharedStats::new(TrailStats {
-            usage: boot.usage,
-            ceilings: options.limits.ceilings(),
-            cursor,
-            backlog: prune::backlog(cursor, boot.last_seq),
-            ..TrailStats::default()
-        });
-        crate::telemetry::audit::ceilings_configured(&options.limits.ceilings());
-        let tally = sync::Tally {
-            last_seq: boot.last_seq,
-            last_at: boot.last_at,
-            usage: boot.usage,
-            positions: boot.positions,
-        };
-        let writer = Writer {
-            store: store.clone(),
-            rx,
-            hasher: boot.hasher,
-            clock: clock.clone(),
-            tally: tally.clone(),
-            written: tally.clone(),
-            lifecycle: options.lifecycle,
-            head: prune::Head::new(boot.usage.from),
-            limits: options.limits,
-            pending: last_pending,
-            unsynced: Default::default(),
-        };
-        let syncer = sync::Syncer {
-            store: store.clone(),
-            committed: committed_tx,
-            stats: stats.clone(),
-            written: tally,
-            failed: None,
-        };
-        let thread = writer::spawn(writer, syncer).map_err(|e| StoreError::Corrupt {
-            what: "audit writer thread".into(),
-            detail: e.to_string(),
-        })?;
+        // A restored store starts its new incarnation before the writer boots or takes a change.
+        restore::first_boot::start_incarnation(&store, options.lifecycle, clock.as_ref())?;
+        let Boot {
+            hasher,
+            tally,
+            history,
+            refresh_pending,
+        } = writer::boot(&store, &options.sinks)?;
+        let dual = DualState::at_boot(&store)?;
+        let running = writer::start(
+            &store,
+            (hasher, tally),
+            &options,
+            clock.clone(),
+            dual.boot_last,
+        )?;
         Ok(Trail {
-            requests,
+            requests: running.requests,
             store,
-            committed,
-            history: boot.history,
-            thread: Arc::new(Mutex::new(Some(thread))),
+            committed: running.committed,
+            history,
+            thread: Arc::new(Mutex::new(Some(running.thread))),
             clock,
             limits: options.limits,
-            stats,
-            dual: Arc::new(dual::DualState::new(last_pending, left_pending.is_none())),
-            refresh_pending: boot.refresh_pending,
+            stats: running.stats,
+            dual: Arc::new(dual),
+            refresh_pending,
         })
     }
 
@@ -260,25 +246,6 @@ impl Trail {
         .await
     }
 
-    /// Delete up to `max_rows` rows committed before `older_than_ms` (unix ms), oldest first,
-    /// with their outbox entities, in one writer batch; while sinks are configured, never a
-    /// row at or above the lifecycle cursor. One batch of a retention sweep: see
-    /// [`Trail::sweep_now`] for a whole one.
-    pub async fn sweep_batch(
-        &self,
-        older_than_ms: u64,
-        max_rows: usize,
-    ) -> Result<SweepBatch, StoreError> {
-        self.ask(|reply| {
-            Request::Sweep(Sweep {
-                older_than_ms,
-                max_rows,
-                reply,
-            })
-        })
-        .await
-    }
-
     /// Send the writer the request `make` builds around a reply channel and wait for its
     /// answer; `Unavailable` when the writer has stopped.
     pub(crate) async fn ask<T>(
@@ -292,28 +259,6 @@ impl Trail {
             .await
             .map_err(|_| closed())?;
         answer.await.map_err(|_| closed())?
-    }
-
-    /// Run one whole retention sweep now (what the hourly task does): every expired row the
-    /// cursor does not hold back is deleted, in batches of `limits.sweep_batch`.
-    pub async fn sweep_now(&self) -> Result<SweepReport, StoreError> {
-        retention::sweep(self, None).await
-    }
-
-    /// Usage, ceilings, cursor, backlog, pruned and refused counts, as of the writer's last
-    /// write (for `GET /admin/v1/lifecycle`).
-    pub fn stats(&self) -> TrailStats {
-        self.stats.get()
-    }
-
-    /// Rows and bytes of the trail (`m:audit_usage`), as of the writer's last write.
-    pub fn usage(&self) -> Usage {
-        self.stats.get().usage
-    }
-
-    /// The trail's retention and ceilings.
-    pub fn limits(&self) -> &Limits {
-        &self.limits
     }
 
     /// The clock rows are stamped with and retention is measured by.
@@ -332,7 +277,7 @@ impl Trail {
         self.committed.clone()
     }
 
-    /// The incarnation history as of boot, including the incarnation a restored store opened
+    /// The incarnation history as of boot, including the incarnation a restored store started
     /// at this boot.
     pub fn history(&self) -> &History {
         &self.history
@@ -369,46 +314,5 @@ impl Trail {
         if let Some(thread) = thread {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
-    }
-}
-
-/// A `commit` on its way through the writer.
-struct CommitJob<F, T, E> {
-    change: Option<F>,
-    prepared: Option<Result<T, CommitError<E>>>,
-    reply: oneshot::Sender<Result<Committed<T>, CommitError<E>>>,
-}
-
-impl<F, T, E> Job for CommitJob<F, T, E>
-where
-    F: FnOnce(&mut Tx<'_>) -> Result<(Change, T), CommitError<E>> + Send,
-    T: Send,
-    E: Send,
-{
-    fn prepare(&mut self, tx: &mut Tx<'_>) -> Option<Change> {
-        let change = self.change.take()?;
-        match change(tx) {
-            Ok((row, value)) => {
-                self.prepared = Some(Ok(value));
-                Some(row)
-            }
-            Err(e) => {
-                self.prepared = Some(Err(e));
-                None
-            }
-        }
-    }
-
-    fn complete(self: Box<Self>, fate: Fate) {
-        let result = match (self.prepared, fate) {
-            // Its validation was decided against a batch that was not written.
-            (_, Fate::Abandoned) => Err(CommitError::StoreUnavailable),
-            (Some(Err(e)), _) => Err(e),
-            (_, Fate::Backlog) => Err(CommitError::AuditBacklog),
-            (Some(Ok(value)), Fate::Committed { seq, at }) => Ok(Committed { seq, at, value }),
-            _ => Err(CommitError::StoreUnavailable),
-        };
-        // The caller may have gone away; the change is committed (or not) all the same.
-        let _ = self.reply.send(result);
     }
 }

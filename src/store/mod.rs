@@ -286,7 +286,7 @@ impl Store {
     /// Flush the memtables and wait until no compaction is pending or running: the store at
     /// rest, as after a quiet spell. Benchmarks call it between filling a store and reading it,
     /// so that what they time is the reader, not the compaction the fill left behind.
-    pub fn settle(&self) -> Result<(), StoreError> {
+    pub fn quiesce(&self) -> Result<(), StoreError> {
         let mut opts = rocksdb::WaitForCompactOptions::default();
         opts.set_flush(true);
         Ok(self.db.wait_for_compact(&opts)?)
@@ -475,7 +475,7 @@ mod tests {
     }
 
     #[test]
-    fn settle_leaves_no_memtable_and_no_compaction_behind() {
+    fn quiesce_leaves_no_memtable_and_no_compaction_behind() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
         let audit = store.cf(Cf::Audit);
@@ -498,7 +498,7 @@ mod tests {
         }
         store.db.put_cf(audit, b"last", b"v").unwrap();
         assert_eq!(int("rocksdb.num-entries-active-mem-table"), 1);
-        store.settle().unwrap();
+        store.quiesce().unwrap();
         assert_eq!(int("rocksdb.num-entries-active-mem-table"), 0);
         assert_eq!(int("rocksdb.compaction-pending"), 0);
         assert_eq!(int("rocksdb.num-running-compactions"), 0);

@@ -1,5 +1,5 @@
-//! The second way in: a dual write, for a change that lives outside this node's store (a
-//! route in the route store, memory or Redis).
+//! Dual writes: a change that lives outside this node's store (a route in the route store,
+//! memory or Redis), and the settlement of those whose caller never finished them.
 //!
 //! There is no transaction across the two stores, so the row goes first, as a pending row
 //! ([`Trail::begin`]), the caller applies the change, and [`Trail::finish`] moves the pending
@@ -7,87 +7,39 @@
 //! [`Pending`] that is dropped unfinished (its task was cancelled or panicked) sends its id to
 //! the settlement task (see `settle.rs`) and never blocks. A crash leaves the pending row for
 //! the next boot to settle.
+//!
+//! The pending row `p`+id holds the hashes of the states before and after (the states
+//! themselves are never stored). The trail row takes its seq only when the pending row moves
+//! into the trail, from the normal counter: a begun change never holds a trail seq, because a
+//! reader that resumes after the last seq it saw must never miss a row that lands later with
+//! a smaller key. Pending ids count apart, in `m:pending_seq`.
+//!
+//! The files: `handle.rs` is what the caller holds (`Pending`, `Finish`, `Recorded`);
+//! `pending_row.rs` the pending row and its codec; `requests.rs` what the steps send the
+//! writer and how it answers; `writer_side.rs` what the writer does with them; `settle.rs`
+//! the settlement task and the `Reconcile` trait the subject stores implement. The `Trail`
+//! methods of this part (begin, finish, record, settlement) are here.
+
+pub(crate) mod handle;
+pub(crate) mod pending_row;
+pub(crate) mod requests;
+pub(crate) mod settle;
+pub(crate) mod writer_side;
 
 use std::future::Future;
 use std::sync::Mutex;
 
 use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
 
-use super::pending::{Begin, FinishReq, Refusal, Settled};
-use super::writer::Request;
-use super::{Change, CommitError, Context, Trail};
-use crate::store::StoreError;
+use handle::{Finish, Pending, Recorded};
+use requests::{Begin, FinishReq, Refusal, SettleReq, Settled};
+use settle::{Presence, Reconcilers, SettleOptions};
+
 use crate::telemetry;
-
-/// How a dual write went, as its caller knows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Finish {
-    /// The change took effect: the row says `ok` and its event is published.
-    Applied,
-    /// The change did not take effect: the row says `failed`, no event.
-    NotApplied,
-    /// The caller cannot tell and no reconciler can: the row says `interrupted`.
-    Unknown,
-    /// The other store refused the change (a compare-and-set conflict): nothing changed, so,
-    /// as for a refused commit, no row; the pending row is removed.
-    Refused,
-}
-
-/// A begun change: its pending row is on disk. Hand it to [`Trail::finish`]; dropped
-/// unfinished, it is settled by the node.
-#[derive(Debug)]
-pub struct Pending {
-    id: u64,
-    resource: String,
-    abandoned: mpsc::UnboundedSender<u64>,
-    armed: bool,
-}
-
-impl Pending {
-    pub(crate) fn new(id: u64, resource: String, abandoned: mpsc::UnboundedSender<u64>) -> Self {
-        Pending {
-            id,
-            resource,
-            abandoned,
-            armed: true,
-        }
-    }
-
-    /// The pending row's id (`p`+id).
-    pub fn id(&self) -> u64 {
-        self.id
-    }
-
-    /// Its subject, e.g. `routes/r1`.
-    pub fn resource(&self) -> &str {
-        &self.resource
-    }
-
-    /// It needs no settlement (finished, or never written).
-    pub(crate) fn disarm(&mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for Pending {
-    fn drop(&mut self) {
-        if self.armed {
-            // Unbounded: a Drop never blocks. A closed channel means the trail is gone, and
-            // the next boot settles the row.
-            telemetry::dual::pending_abandoned(self.id, &self.resource);
-            let _ = self.abandoned.send(self.id);
-        }
-    }
-}
-
-/// What [`Trail::record`] did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Recorded<T> {
-    /// The trail row (`None`: handed to settlement, or settled by it first).
-    pub settled: Option<Settled>,
-    /// What the change's `apply` returned.
-    pub value: T,
-}
+use crate::audit::writer::Request;
+use crate::audit::{Change, CommitError, Context, Trail};
+use crate::store::{keys, Cf, Store, StoreError};
 
 /// What the trail keeps for dual writes.
 #[derive(Debug)]
@@ -104,7 +56,16 @@ pub(crate) struct DualState {
 }
 
 impl DualState {
-    pub(crate) fn new(boot_last: u64, nothing_left: bool) -> DualState {
+    /// The dual-write state of a booting trail: the last pending id handed out, and whether
+    /// an earlier run left pending rows for settlement to settle first.
+    pub(crate) fn at_boot(store: &Store) -> Result<DualState, StoreError> {
+        let last_pending = pending_row::last_id(store)?;
+        // Whether an earlier run left pending rows for settlement to settle first.
+        let left_pending = store.last(Cf::Audit, &[keys::PENDING])?;
+        Ok(DualState::new(last_pending, left_pending.is_none()))
+    }
+
+    fn new(boot_last: u64, nothing_left: bool) -> DualState {
         let (abandoned, settlement) = mpsc::unbounded_channel();
         DualState {
             abandoned,
@@ -147,7 +108,7 @@ impl Trail {
         how: Finish,
     ) -> Result<Option<Settled>, StoreError> {
         let mut pending = pending;
-        let id = pending.id;
+        let id = pending.id();
         let settled = self
             .ask(|reply| Request::Finish(FinishReq { id, how, reply }))
             .await?;
@@ -194,5 +155,65 @@ impl Trail {
         };
         fail::fail_point!("dual::after_finish");
         Ok(Recorded { settled, value })
+    }
+
+    /// Start settling: first every pending row left by an earlier run, then every
+    /// [`Pending`] dropped unfinished, until `shutdown`. Only the first call
+    /// starts anything; what is unsettled at shutdown stays for the next boot.
+    pub fn start_settlement(
+        &self,
+        reconcilers: Reconcilers,
+        options: SettleOptions,
+        shutdown: CancellationToken,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let dropped = self.dual.settlement.lock().ok()?.take()?;
+        Some(settle::spawn(
+            self.clone(),
+            reconcilers,
+            options,
+            dropped,
+            shutdown,
+        ))
+    }
+
+    /// The ids of the pending rows a crash left: those up to the last id of the earlier run.
+    async fn left_by_crash(&self) -> Result<Vec<u64>, StoreError> {
+        let (store, last) = (self.store.clone(), self.dual.boot_last);
+        tokio::task::spawn_blocking(move || {
+            let mut ids = Vec::new();
+            store.scan(Cf::Audit, &[keys::PENDING], &[keys::PENDING], |k, _| {
+                match keys::decode_seq_key(keys::PENDING, k) {
+                    Some(id) if id <= last => {
+                        ids.push(id);
+                        true
+                    }
+                    _ => false,
+                }
+            })?;
+            Ok(ids)
+        })
+        .await
+        .unwrap_or_else(|e| Err(StoreError::Unavailable(e.to_string())))
+    }
+
+    /// Resolves once settlement has been through every pending row an earlier run left (at
+    /// once when there was none): each is settled, or was tried once and failed (it is tried
+    /// again meanwhile, unless it does not decode or the writer stopped). Waits for
+    /// [`Trail::start_settlement`].
+    pub async fn boot_settled(&self) {
+        let mut settled = self.dual.boot_settled.subscribe();
+        // The sender lives in the trail: it cannot close while `self` does.
+        let _ = settled.wait_for(|done| *done).await;
+    }
+
+    async fn settle(&self, id: u64, presence: Presence) -> Result<Option<Settled>, StoreError> {
+        self.ask(|reply| {
+            Request::Settle(SettleReq {
+                id,
+                presence,
+                reply,
+            })
+        })
+        .await
     }
 }

@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::prune;
 use super::usage::Usage;
+use crate::audit::writer::sync::Tally;
 
 /// How long rows are kept, how large the trail may grow, and how far the lifecycle sinks may
 /// fall behind before operators' changes are refused.
@@ -107,6 +109,18 @@ pub(crate) struct SharedStats(Arc<Mutex<TrailStats>>);
 impl SharedStats {
     pub(crate) fn new(stats: TrailStats) -> SharedStats {
         SharedStats(Arc::new(Mutex::new(stats)))
+    }
+
+    /// The stats of a trail booted with the counters `tally`, under `ceilings`.
+    pub(crate) fn at_boot(tally: &Tally, ceilings: Ceilings) -> SharedStats {
+        let cursor = prune::cursor(&tally.positions);
+        SharedStats::new(TrailStats {
+            usage: tally.usage,
+            ceilings,
+            cursor,
+            backlog: prune::backlog(cursor, tally.last_seq),
+            ..TrailStats::default()
+        })
     }
 
     /// A copy of the stats.

@@ -1,6 +1,6 @@
 //! Settlement: every pending row whose caller will never finish it becomes a trail row.
 //!
-//! Two kinds of rows need it: those of a [`Pending`](super::Pending) dropped unfinished while
+//! Two kinds of rows need it: those of a [`Pending`](crate::audit::Pending) dropped unfinished while
 //! the node runs (its id arrives on a channel), and those a crash left behind (found at boot:
 //! every pending id up to the last one handed out before this boot). For each, the subject's
 //! [`Reconcile`] reads its present state, and the writer compares its hash with the row's
@@ -24,11 +24,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::pending::{self, SettleReq, Settled};
-use super::writer::Request;
-use super::Trail;
-use crate::store::{keys, Cf, StoreError};
+use super::pending_row;
 use crate::telemetry;
+use crate::audit::Trail;
+use crate::store::{keys, Cf, StoreError};
 
 /// A subject's present state, as its reconciler read it.
 #[derive(Debug, Clone, PartialEq)]
@@ -49,7 +48,7 @@ pub trait Reconcile: Send + Sync {
     /// hold drops (`None`: not a locator of this kind, nothing held).
     async fn hold(&self, locator: &Value) -> Option<Hold>;
 
-    /// The subject at `locator` (what its change put in [`Change::locate`](super::Change)):
+    /// The subject at `locator` (what its change put in [`Change::locate`](crate::audit::Change)):
     /// `Ok(None)` when it does not exist, `Err` (why) when its store cannot be read now.
     async fn present(&self, locator: &Value) -> Result<Option<Present>, String>;
 }
@@ -87,66 +86,21 @@ impl Default for SettleOptions {
     }
 }
 
-impl Trail {
-    /// Start settling: first every pending row left by an earlier run, then every
-    /// [`Pending`](super::Pending) dropped unfinished, until `shutdown`. Only the first call
-    /// starts anything; what is unsettled at shutdown stays for the next boot.
-    pub fn start_settlement(
-        &self,
-        reconcilers: Reconcilers,
-        options: SettleOptions,
-        shutdown: CancellationToken,
-    ) -> Option<tokio::task::JoinHandle<()>> {
-        let dropped = self.dual.settlement.lock().ok()?.take()?;
-        let trail = self.clone();
-        let settler = Settler {
-            trail,
-            reconcilers: Arc::new(reconcilers),
-            options,
-        };
-        Some(tokio::spawn(settler.run(dropped, shutdown)))
-    }
-
-    /// The ids of the pending rows a crash left: those up to the last id of the earlier run.
-    async fn left_by_crash(&self) -> Result<Vec<u64>, StoreError> {
-        let (store, last) = (self.store.clone(), self.dual.boot_last);
-        tokio::task::spawn_blocking(move || {
-            let mut ids = Vec::new();
-            store.scan(Cf::Audit, &[keys::PENDING], &[keys::PENDING], |k, _| {
-                match keys::decode_seq_key(keys::PENDING, k) {
-                    Some(id) if id <= last => {
-                        ids.push(id);
-                        true
-                    }
-                    _ => false,
-                }
-            })?;
-            Ok(ids)
-        })
-        .await
-        .unwrap_or_else(|e| Err(StoreError::Unavailable(e.to_string())))
-    }
-
-    /// Resolves once settlement has been through every pending row an earlier run left (at
-    /// once when there was none): each is settled, or was tried once and failed (it is tried
-    /// again meanwhile, unless it does not decode or the writer stopped). Waits for
-    /// [`Trail::start_settlement`].
-    pub async fn boot_settled(&self) {
-        let mut settled = self.dual.boot_settled.subscribe();
-        // The sender lives in the trail: it cannot close while `self` does.
-        let _ = settled.wait_for(|done| *done).await;
-    }
-
-    async fn settle(&self, id: u64, presence: Presence) -> Result<Option<Settled>, StoreError> {
-        self.ask(|reply| {
-            Request::Settle(SettleReq {
-                id,
-                presence,
-                reply,
-            })
-        })
-        .await
-    }
+/// Start the settlement task: the rows an earlier run left, then every id on `dropped`,
+/// until `shutdown`.
+pub(super) fn spawn(
+    trail: Trail,
+    reconcilers: Reconcilers,
+    options: SettleOptions,
+    dropped: mpsc::UnboundedReceiver<u64>,
+    shutdown: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let settler = Settler {
+        trail,
+        reconcilers: Arc::new(reconcilers),
+        options,
+    };
+    tokio::spawn(settler.run(dropped, shutdown))
 }
 
 /// The settlement task.
@@ -256,7 +210,7 @@ async fn settle_one(
     let row = tokio::task::spawn_blocking(move || {
         store
             .get(Cf::Audit, &key)?
-            .map(|v| pending::decode_pending(&key, &v))
+            .map(|v| pending_row::decode_pending(&key, &v))
             .transpose()
     })
     .await

@@ -25,11 +25,11 @@ use rocksdb::WriteBatch;
 use serde_json::{json, Map};
 use uuid::Uuid;
 
-use super::clock::Clock;
-use super::incarnation::{History, Incarnation};
-use super::row::{Row, RowResult, ROW_FORMAT};
-use super::usage::Usage;
-use super::SYSTEM_ACTOR;
+use crate::audit::bounds::usage::Usage;
+use crate::audit::clock::Clock;
+use crate::audit::restore::incarnation::{History, Incarnation};
+use crate::audit::row::{Row, RowResult, ROW_FORMAT};
+use crate::audit::SYSTEM_ACTOR;
 use crate::store::backup::last_seq;
 use crate::store::restore::PendingRestore;
 use crate::store::{keys, keys::meta, Cf, Store, StoreError};
@@ -40,11 +40,11 @@ pub const RESTORE_ACTION: &str = "instance.restore";
 /// The resource of that row: the node itself.
 pub const RESTORE_RESOURCE: &str = "instance";
 
-/// If the store carries `m:incarnation_pending`, open the new incarnation (see the module
+/// If the store carries `m:incarnation_pending`, start the new incarnation (see the module
 /// doc). Runs before the writer's boot reads the store's meta, so that boot (the trail's
 /// history, last seq, usage, newest event) sees the finished incarnation like any other
 /// state, and the writer takes its first change after it. Reads what it needs itself.
-pub(crate) fn open_pending(
+pub(crate) fn start_incarnation(
     store: &Store,
     lifecycle: bool,
     clock: &dyn Clock,
@@ -71,12 +71,40 @@ pub(crate) fn open_pending(
         .map_or(0, |(_, at)| at);
     let at = clock.now_ms().max(last_at);
     let row = restore_row(seq, at, incarnation.id, restored_seq, restored, lifecycle);
-    let value = serde_json::to_vec(&row).expect("a row always serializes");
     let entity = lifecycle.then(|| {
         let e = json!({"incarnation": incarnation.id, "restored_seq": restored_seq});
         serde_json::to_vec(&e).expect("an entity always serializes")
     });
+    let batch = incarnation_batch(store, &history, &row, entity, restored_seq)?;
+    // sync = true: the incarnation, its row, the refresh marker and the flag's deletion are
+    // durable together before the writer takes the first change of the new incarnation.
+    store.write(batch, true)?;
+    fail::fail_point!("audit::restore::after_batch");
 
+    telemetry::audit::row_committed(&row);
+    tracing::warn!(
+        target: "ankusa::audit",
+        incarnation = %incarnation.id,
+        from = seq,
+        restored_seq,
+        backup_id = restored.map(|r| r.backup_id),
+        "restored store: opened a new incarnation"
+    );
+    Ok(())
+}
+
+/// The one batch of the new incarnation (row `row` with its `entity`, after the restored
+/// trail's last seq `restored_seq`): `history`, the row and its counters, the flag's
+/// deletion and `m:refresh_pending`.
+fn incarnation_batch(
+    store: &Store,
+    history: &History,
+    row: &Row,
+    entity: Option<Vec<u8>>,
+    restored_seq: u64,
+) -> Result<WriteBatch, StoreError> {
+    let (seq, at) = (row.seq, row.at);
+    let value = serde_json::to_vec(row).expect("a row always serializes");
     let audit = store.cf(Cf::Audit);
     let mut batch = WriteBatch::default();
     batch.put_cf(audit, keys::meta_key(meta::INCARNATION), history.encode());
@@ -107,21 +135,7 @@ pub(crate) fn open_pending(
         keys::meta_key(meta::REFRESH_PENDING),
         seq.to_be_bytes(),
     );
-    // sync = true: the incarnation, its row, the refresh marker and the flag's deletion are
-    // durable together before the writer takes the first change of the new incarnation.
-    store.write(batch, true)?;
-    fail::fail_point!("audit::restore::after_batch");
-
-    telemetry::audit::row_committed(&row);
-    tracing::warn!(
-        target: "ankusa::audit",
-        incarnation = %incarnation.id,
-        from = seq,
-        restored_seq,
-        backup_id = restored.map(|r| r.backup_id),
-        "restored store: opened a new incarnation"
-    );
-    Ok(())
+    Ok(batch)
 }
 
 /// The `instance.restore` row: who is the node itself, what is the new incarnation.

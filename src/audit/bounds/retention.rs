@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
-use super::Trail;
+use crate::audit::Trail;
 use crate::store::{keys, Cf, Store, StoreError};
 use crate::telemetry;
 
@@ -93,16 +93,7 @@ pub async fn sweep(
         tokio::task::yield_now().await;
     }
     if report.pruned > 0 {
-        let compacting = Instant::now();
-        let store = trail.store().clone();
-        let from = trail.stats().usage.from;
-        tokio::task::spawn_blocking(move || {
-            store.compact_range(Cf::Audit, &keys::row_seek(0), &keys::row_seek(from));
-            store.compact_range(Cf::Audit, &keys::outbox_key(0), &keys::outbox_key(from));
-        })
-        .await
-        .map_err(|e| StoreError::Unavailable(format!("compacting swept rows: {e}")))?;
-        report.compaction = compacting.elapsed();
+        report.compaction = compact_swept(trail).await?;
     }
     if let Some(cursor) = report.cursor {
         let store = trail.store().clone();
@@ -119,6 +110,21 @@ pub async fn sweep(
     });
     telemetry::audit::retention_swept(&report);
     Ok(report)
+}
+
+/// Compact the range of rows and entities a sweep emptied (below the trail's `from`), so
+/// that later scans from the head of the trail do not walk its tombstones; how long it took.
+async fn compact_swept(trail: &Trail) -> Result<Duration, StoreError> {
+    let compacting = Instant::now();
+    let store = trail.store().clone();
+    let from = trail.stats().usage.from;
+    tokio::task::spawn_blocking(move || {
+        store.compact_range(Cf::Audit, &keys::row_seek(0), &keys::row_seek(from));
+        store.compact_range(Cf::Audit, &keys::outbox_key(0), &keys::outbox_key(from));
+    })
+    .await
+    .map_err(|e| StoreError::Unavailable(format!("compacting swept rows: {e}")))?;
+    Ok(compacting.elapsed())
 }
 
 /// Rows at or above `cursor` committed before `cutoff`: expired, but not yet seen by every

@@ -1,7 +1,7 @@
 //! Incarnations: which id a row's lifecycle event id is keyed with.
 //!
 //! A store restored from a backup re-issues seqs that the lost store had already published.
-//! Each restore opens a new incarnation `{from, id}`; an event's id is derived from the id of
+//! Each restore starts a new incarnation `{from, id}`; an event's id is derived from the id of
 //! the incarnation its seq falls in, so a re-used seq never re-uses an event id.
 
 use serde::{Deserialize, Serialize};

@@ -17,13 +17,13 @@
 use std::collections::HashMap;
 
 use serde_json::{json, Value};
+use tokio::sync::oneshot;
 
-use super::pending::{Answer, SettleReply, Settled};
-use super::row::{decode_row, Change, Row, RowResult};
-use super::settle::Present;
-use super::stage::Staged;
-use super::writer::{Admitted, Group, Request, Writer};
-use super::Trail;
+use crate::audit::dual::settle::Present;
+use crate::audit::row::{decode_row, Change, Row, RowResult};
+use crate::audit::writer::stage::Staged;
+use crate::audit::writer::sync::row_as_written;
+use crate::audit::writer::{Admitted, Group, Writer};
 use crate::store::{keys, Cf, Store, StoreError};
 
 /// The verb of a state-refresh row's action: `<kind>.refresh`.
@@ -163,15 +163,40 @@ pub struct Refresh {
     pub known: Option<Known>,
 }
 
+/// The state-refresh row [`Trail::refresh`](crate::audit::Trail::refresh) wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refreshed {
+    /// The row's seq.
+    pub seq: u64,
+}
+
+/// The answer to a refresh: `None` when the trail already said the present state.
+pub(crate) type RefreshReply = oneshot::Sender<Result<Option<Refreshed>, StoreError>>;
+
 /// A refresh on its way to the writer.
 pub(crate) struct RefreshReq {
     pub refresh: Refresh,
-    pub reply: SettleReply,
+    pub reply: RefreshReply,
+}
+
+/// A refresh taken into the group, answered once the batch is written (or not).
+pub(crate) struct RefreshAnswer {
+    row: Result<Option<Box<Row>>, StoreError>,
+    reply: RefreshReply,
+}
+
+impl RefreshAnswer {
+    /// Answer the caller; `written` is the group batch's fate.
+    pub(crate) fn complete(self, written: &Result<u64, StoreError>) {
+        let answer =
+            row_as_written(written, self.row).map(|row| row.map(|row| Refreshed { seq: row.seq }));
+        let _ = self.reply.send(answer);
+    }
 }
 
 /// On the writer: hash the present state; if the trail already says it, write nothing,
 /// else put the refresh row into the group. A system change, never refused by the ceilings.
-pub(crate) fn take(w: &mut Writer, g: &mut Group, at: u64, req: RefreshReq) -> Answer {
+pub(crate) fn take(w: &mut Writer, g: &mut Group, at: u64, req: RefreshReq) -> RefreshAnswer {
     let RefreshReq { refresh: r, reply } = req;
     let (state, view) = match r.present {
         Some(p) => (Some(p.state), p.view),
@@ -180,13 +205,13 @@ pub(crate) fn take(w: &mut Writer, g: &mut Group, at: u64, req: RefreshReq) -> A
     let hash = w.hasher.hash(state.as_ref());
     let before_hash = match r.known {
         Some(Known::State(known)) if known == hash => {
-            return Answer::Settled {
+            return RefreshAnswer {
                 row: Ok(None),
                 reply,
             }
         }
         None if hash.is_none() => {
-            return Answer::Settled {
+            return RefreshAnswer {
                 row: Ok(None),
                 reply,
             }
@@ -207,36 +232,7 @@ pub(crate) fn take(w: &mut Writer, g: &mut Group, at: u64, req: RefreshReq) -> A
             "reading the oldest rows to make room failed".into(),
         )),
     };
-    Answer::Settled { row, reply }
-}
-
-impl Trail {
-    /// The first seq of the restored incarnation whose remote subjects are still to be
-    /// refreshed (`m:refresh_pending`), as of boot.
-    pub fn refresh_pending(&self) -> Option<u64> {
-        self.refresh_pending
-    }
-
-    /// What the trail says of every subject of `kinds` (see [`TrailStates`]), off the
-    /// runtime.
-    pub async fn remote_states(&self, kinds: Vec<String>) -> Result<TrailStates, StoreError> {
-        let (store, from) = (self.store.clone(), self.usage().from);
-        tokio::task::spawn_blocking(move || states(&store, from, &kinds))
-            .await
-            .unwrap_or_else(|e| Err(StoreError::Unavailable(format!("scan task failed: {e}"))))
-    }
-
-    /// Write `refresh`'s state-refresh row if its present state is not what the trail says:
-    /// `Ok(None)` when it is.
-    pub async fn refresh(&self, refresh: Refresh) -> Result<Option<Settled>, StoreError> {
-        self.ask(|reply| Request::Refresh(Box::new(RefreshReq { refresh, reply })))
-            .await
-    }
-
-    /// Delete `m:refresh_pending`: every remote kind is refreshed.
-    pub async fn refresh_done(&self) -> Result<(), StoreError> {
-        self.ask(Request::RefreshDone).await
-    }
+    RefreshAnswer { row, reply }
 }
 
 #[cfg(test)]

@@ -7,10 +7,10 @@
 
 use rocksdb::{ColumnFamily, WriteBatch};
 
-use super::context::Context;
-use super::hash::SubjectHasher;
-use super::row::{Change, Row, RowResult, ROW_FORMAT};
-use super::usage::Usage;
+use crate::audit::bounds::usage::Usage;
+use crate::audit::context::Context;
+use crate::audit::hash::SubjectHasher;
+use crate::audit::row::{Change, Row, RowResult, ROW_FORMAT};
 use crate::store::keys;
 
 /// A row (and its entity) encoded but not yet in a batch.

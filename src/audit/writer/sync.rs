@@ -7,7 +7,7 @@
 //! Groups arrive in seq order over a rendezvous channel (at most one being written while
 //! the next is prepared) and are written in that order. When a batch cannot be written,
 //! every group prepared on top of it (the same epoch) is abandoned unwritten: it was
-//! validated against writes that never happened. The writer hears every outcome, in order,
+//! validated against writes that never happened. The writer hears every result, in order,
 //! and rolls its counters back to the last written group before it prepares anything else.
 
 use std::collections::BTreeMap;
@@ -17,12 +17,13 @@ use std::time::{Duration, Instant};
 use rocksdb::WriteBatch;
 use tokio::sync::{oneshot, watch};
 
-use super::limits::{Pruned, SharedStats};
-use super::pending::Answer;
-use super::prune::{self, SweepBatch};
-use super::row::Row;
-use super::usage::Usage;
-use super::writer::{Fate, Job};
+use super::request::{Fate, Job};
+use crate::audit::bounds::limits::{Pruned, SharedStats};
+use crate::audit::bounds::prune::{self, SweepBatch};
+use crate::audit::bounds::usage::Usage;
+use crate::audit::dual::requests::Answer;
+use crate::audit::restore::refresh::RefreshAnswer;
+use crate::audit::row::Row;
 use crate::store::{Store, StoreError};
 use crate::telemetry;
 
@@ -45,7 +46,7 @@ pub(crate) struct Tally {
 }
 
 /// A request taken into a group, waiting for the group's fate to be answered.
-pub(super) enum Taken {
+pub(crate) enum Taken {
     /// A change: its row when accepted, `None` when refused.
     Change {
         job: Box<dyn Job>,
@@ -55,7 +56,7 @@ pub(super) enum Taken {
     Backlog { job: Box<dyn Job> },
     /// A retention sweep batch.
     Sweep {
-        outcome: Result<SweepBatch, StoreError>,
+        swept: Result<SweepBatch, StoreError>,
         reply: oneshot::Sender<Result<SweepBatch, StoreError>>,
     },
     /// A sink position move.
@@ -64,8 +65,10 @@ pub(super) enum Taken {
         to: u64,
         reply: oneshot::Sender<Result<(), StoreError>>,
     },
-    /// A dual write's begin, finish or settlement, or a state refresh.
+    /// A dual write's begin, finish or settlement.
     Pending(Answer),
+    /// A state refresh.
+    Refresh(RefreshAnswer),
     /// A meta key written for a caller (the refresh marker's deletion).
     Meta {
         reply: oneshot::Sender<Result<(), StoreError>>,
@@ -73,7 +76,7 @@ pub(super) enum Taken {
 }
 
 /// A group the writer prepared: its batch, its callers, and what it makes of the counters.
-pub(super) struct Prepared {
+pub(crate) struct Prepared {
     /// Groups prepared on top of a batch that failed share its epoch and are abandoned.
     pub epoch: u64,
     pub batch: WriteBatch,
@@ -100,14 +103,14 @@ impl Taken {
     /// back together and the next sweep deletes them again; and the next synced write makes
     /// it durable with itself, the WAL being written in order. Not waiting for an fsync of
     /// its own, the changes that come in while a sweep runs do not wait for one either.
-    pub(super) fn needs_sync(&self) -> bool {
+    pub(crate) fn needs_sync(&self) -> bool {
         !matches!(self, Taken::Sweep { .. })
     }
 }
 
-/// What became of a prepared group, as the writer hears it.
+/// What became of a prepared group's batch, as the writer hears it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Outcome {
+pub(crate) enum BatchResult {
     /// On disk (or nothing to write).
     Written,
     /// Not written: its batch failed, or it was prepared on top of one that did.
@@ -115,7 +118,7 @@ pub(super) enum Outcome {
 }
 
 /// The syncer thread's state.
-pub(super) struct Syncer {
+pub(crate) struct Syncer {
     pub store: Store,
     /// Tells readers (the publisher) the last committed seq: a hint, not the truth.
     pub committed: watch::Sender<u64>,
@@ -128,27 +131,27 @@ pub(super) struct Syncer {
 }
 
 /// The syncer thread: write every group the writer hands over, in order, until it hangs up.
-pub(super) fn run(
+pub(crate) fn run(
     syncer: &Mutex<Syncer>,
     groups: mpsc::Receiver<Prepared>,
-    outcomes: mpsc::Sender<Outcome>,
+    results: mpsc::Sender<BatchResult>,
 ) {
     while let Some(group) = next(&groups) {
         fail::fail_point!("audit::sync_delay");
         syncer
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .sync(group, &outcomes);
+            .sync(group, &results);
     }
 }
 
 impl Syncer {
     /// Write one group (or abandon it) and answer its callers; the writer hears first.
-    pub(super) fn sync(&mut self, p: Prepared, outcomes: &mpsc::Sender<Outcome>) {
+    pub(crate) fn sync(&mut self, p: Prepared, results: &mpsc::Sender<BatchResult>) {
         let written = if self.failed.is_some_and(|epoch| p.epoch <= epoch) {
             // Validated against a batch that was not written: write none of it. Its
             // refusals are not counted either: they were decided against that batch too.
-            let _ = outcomes.send(Outcome::Unwritten);
+            let _ = results.send(BatchResult::Unwritten);
             self.note(Pruned::default(), 0);
             complete(p.taken, Err(abandoned()), true);
             return;
@@ -162,7 +165,7 @@ impl Syncer {
             Ok(()) => {
                 self.written = p.tally;
                 // The writer hears first: it may be waiting on this group to go on.
-                let _ = outcomes.send(Outcome::Written);
+                let _ = results.send(BatchResult::Written);
                 self.note(p.pruned, p.refused);
                 if p.rows > 0 {
                     telemetry::audit::group_committed(p.rows, p.started.elapsed());
@@ -174,7 +177,7 @@ impl Syncer {
             }
             Err(e) => {
                 self.failed = Some(p.epoch);
-                let _ = outcomes.send(Outcome::Unwritten);
+                let _ = results.send(BatchResult::Unwritten);
                 self.note(Pruned::default(), p.refused);
                 telemetry::audit::write_failed(&e, p.rows);
                 complete(p.taken, Err(e), false);
@@ -223,13 +226,30 @@ fn write(store: &Store, batch: WriteBatch, sync: bool) -> Result<(), StoreError>
     store.write(batch, sync)
 }
 
-pub(super) fn abandoned() -> StoreError {
+/// The row a request put into its group, as its caller hears it once the batch's fate is
+/// `written`: none of it when the batch was not written.
+pub(crate) fn row_as_written(
+    written: &Result<u64, StoreError>,
+    row: Result<Option<Box<Row>>, StoreError>,
+) -> Result<Option<Box<Row>>, StoreError> {
+    match (written, row) {
+        (Err(e), _) => Err(StoreError::Unavailable(format!("batch not written: {e}"))),
+        (Ok(_), Err(e)) => Err(e),
+        (Ok(_), Ok(None)) => Ok(None),
+        (Ok(_), Ok(Some(row))) => {
+            telemetry::audit::row_committed(&row);
+            Ok(Some(row))
+        }
+    }
+}
+
+pub(crate) fn abandoned() -> StoreError {
     StoreError::Unavailable("an earlier batch it was validated against was not written".into())
 }
 
 /// Answer every request of a group: `written` is the batch's fate; `stale`: the group was
 /// prepared on top of a batch that failed, so even its refusals may be wrong.
-pub(super) fn complete(taken: Vec<Taken>, written: Result<u64, StoreError>, stale: bool) {
+pub(crate) fn complete(taken: Vec<Taken>, written: Result<u64, StoreError>, stale: bool) {
     let unwritten = |e: &StoreError| StoreError::Unavailable(format!("batch not written: {e}"));
     for t in taken {
         match t {
@@ -247,12 +267,13 @@ pub(super) fn complete(taken: Vec<Taken>, written: Result<u64, StoreError>, stal
             Taken::Backlog { job } if stale => job.complete(Fate::Abandoned),
             Taken::Backlog { job } => job.complete(Fate::Backlog),
             Taken::Pending(answer) => answer.complete(&written),
+            Taken::Refresh(answer) => answer.complete(&written),
             Taken::Meta { reply } => {
                 let _ = reply.send(written.as_ref().map(|_| ()).map_err(unwritten));
             }
-            Taken::Sweep { outcome, reply } => {
+            Taken::Sweep { swept, reply } => {
                 let result = match &written {
-                    Ok(_) => outcome,
+                    Ok(_) => swept,
                     Err(e) => Err(unwritten(e)),
                 };
                 let _ = reply.send(result);

@@ -1,0 +1,383 @@
+//! The writer's side of a dual write: putting a pending row into a group, and moving it into
+//! the trail with the outcome its caller gives (`finish`) or settlement finds (`settle`).
+//!
+//! Settlement hands the writer the subject's present state, read by the subject's reconciler;
+//! it is hashed and compared here, because the hash key never leaves the writer.
+
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use super::handle::{Finish, Pending};
+use super::pending_row::{decode_pending, PendingRow, PENDING_FORMAT};
+use super::requests::{Answer, Begin, FinishReq, Refusal, SettleReq};
+use super::settle::Presence;
+use crate::audit::context::Context;
+use crate::audit::row::{Change, Row, RowResult, ROW_FORMAT};
+use crate::audit::writer::tx::Tx;
+use crate::audit::writer::{Group, Writer};
+use crate::store::{keys, keys::meta, Cf, StoreError};
+use crate::telemetry;
+
+/// Put a pending row into the group: an operator's change may be refused by the outbox
+/// backlog or the ceilings (room is made for the row its finish will write), a system one
+/// never is.
+pub(crate) fn begin(w: &mut Writer, g: &mut Group, at: u64, req: Begin) -> Answer {
+    let Begin {
+        ctx,
+        change,
+        abandoned,
+        reply,
+    } = req;
+    let exempt = ctx.is_system();
+    if !exempt && g.backlog_full(&w.limits) {
+        return refuse(g, "backlog", reply);
+    }
+    let (row, entity) = pending_row_of(w, at, ctx, change);
+    let value = serde_json::to_vec(&row).expect("a pending row always serializes");
+    let entity = entity
+        .filter(|_| w.lifecycle)
+        .map(|e| serde_json::to_vec(&e).expect("an entity always serializes"));
+    // About the size of the row (and entity) it becomes.
+    let size = keys::ROW_KEY_LEN + value.len() + entity.as_ref().map_or(0, Vec::len);
+    match w.make_room(g, size as u64) {
+        Ok(fits) => {
+            if !fits && !exempt {
+                return refuse(g, "ceiling", reply);
+            }
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "reading the oldest rows failed; change not begun");
+            return Answer::Refused {
+                why: Refusal::Unavailable,
+                reply,
+            };
+        }
+    }
+    let id = put_pending(w, g, value, entity);
+    Answer::Begun {
+        pending: Pending::new(id, row.resource, abandoned),
+        reply,
+    }
+}
+
+/// The pending row of `change`, begun at `at` (its states hashed, never stored), and the
+/// entity its event is to carry.
+fn pending_row_of(
+    w: &Writer,
+    at: u64,
+    ctx: Context,
+    change: Change,
+) -> (PendingRow, Option<Value>) {
+    let (kind, locator) = change
+        .locator
+        .map(|(k, l)| (Some(k), Some(l)))
+        .unwrap_or_default();
+    let row = PendingRow {
+        v: PENDING_FORMAT,
+        begun_at: at,
+        actor: ctx.actor,
+        remote_ip: ctx.remote_ip,
+        request_id: ctx.request_id,
+        action: change.action,
+        tenant: change.tenant,
+        resource: change.resource,
+        detail: change.detail,
+        before_hash: w.hasher.hash(change.before.as_ref()),
+        after_hash: w.hasher.hash(change.after.as_ref()),
+        revision: change.revision,
+        kind,
+        locator,
+        entity: None,
+    };
+    (row, change.entity)
+}
+
+/// Hand out the next pending id and put its row (`value`) and entity into the group, with
+/// `m:pending_seq`.
+fn put_pending(w: &mut Writer, g: &mut Group, value: Vec<u8>, entity: Option<Vec<u8>>) -> u64 {
+    w.last_pending_id += 1;
+    let id = w.last_pending_id;
+    let key = keys::pending_key(id);
+    let audit = w.store.cf(Cf::Audit);
+    g.batch.put_cf(audit, key, &value);
+    g.overlay.insert((Cf::Audit, key.to_vec()), Some(value));
+    if let Some(entity) = entity {
+        let key = keys::pending_entity_key(id);
+        g.batch.put_cf(audit, key, &entity);
+        g.overlay.insert((Cf::Audit, key.to_vec()), Some(entity));
+    }
+    g.batch
+        .put_cf(audit, keys::meta_key(meta::PENDING_SEQ), id.to_be_bytes());
+    id
+}
+
+/// Move pending row `id` into the trail as the caller says it went. Never refused.
+pub(crate) fn finish(w: &mut Writer, g: &mut Group, at: u64, req: FinishReq) -> Answer {
+    if req.how == Finish::Refused {
+        // A change the other store refused changed nothing: like a refused commit, it
+        // leaves no row. Only the pending row (and its entity) goes.
+        remove(w, g, req.id);
+        return Answer::Settled {
+            row: Ok(None),
+            reply: req.reply,
+        };
+    }
+    let how = req.how;
+    let row = move_into_trail(w, g, at, req.id, |w, g, p| {
+        Ok(match how {
+            Finish::Applied => (RowResult::Ok, false, entity_of(w, g, req.id, p)?),
+            Finish::NotApplied => (RowResult::Failed, false, None),
+            Finish::Unknown | Finish::Refused => (RowResult::Interrupted, false, None),
+        })
+    });
+    Answer::Settled {
+        row,
+        reply: req.reply,
+    }
+}
+
+/// Move pending row `id` into the trail by what settlement found: the present state's hash
+/// is the row's after_hash (`ok`, published) or before_hash (`failed`); anything else was
+/// changed by someone else meanwhile (`interrupted`, flagged for a state-refresh event that
+/// carries the present state). A store that could not be read, or a subject no reconciler
+/// knows, settles `interrupted` without a refresh.
+pub(crate) fn settle(w: &mut Writer, g: &mut Group, at: u64, req: SettleReq) -> Answer {
+    let SettleReq {
+        id,
+        presence,
+        reply,
+    } = req;
+    let row = move_into_trail(w, g, at, id, |w, g, p| {
+        Ok(match presence {
+            Presence::Read(present) => {
+                let hash = w.hasher.hash(present.as_ref().map(|p| &p.state));
+                if hash == p.after_hash {
+                    (RowResult::Ok, false, entity_of(w, g, id, p)?)
+                } else if hash == p.before_hash {
+                    (RowResult::Failed, false, None)
+                } else {
+                    let view = present.map_or(Value::Null, |p| p.view);
+                    (RowResult::Interrupted, true, Some(view))
+                }
+            }
+            Presence::Unreadable | Presence::Unreconciled => (RowResult::Interrupted, false, None),
+        })
+    });
+    Answer::Settled { row, reply }
+}
+
+/// How a pending row went: its result, whether it is flagged for a state refresh, and the
+/// entity its event carries (`None`: no event).
+type Verdict = (RowResult, bool, Option<Value>);
+
+/// Pending row `id`, if it is still there, moved into the trail as `decide` says it went.
+fn move_into_trail(
+    w: &mut Writer,
+    g: &mut Group,
+    at: u64,
+    id: u64,
+    decide: impl FnOnce(&Writer, &Group, &mut PendingRow) -> Result<Verdict, StoreError>,
+) -> Result<Option<Box<Row>>, StoreError> {
+    let Some(mut p) = load(w, g, id)? else {
+        return Ok(None);
+    };
+    let (result, refresh, entity) = decide(w, g, &mut p)?;
+    Ok(Some(into_trail(w, g, at, id, p, result, refresh, entity)))
+}
+
+/// The redacted entity of pending row `id`: at `q`+id as the group sees it, or in the row
+/// itself when an earlier version wrote it there.
+fn entity_of(
+    w: &Writer,
+    g: &Group,
+    id: u64,
+    p: &mut PendingRow,
+) -> Result<Option<Value>, StoreError> {
+    if let Some(entity) = p.entity.take() {
+        return Ok(Some(entity));
+    }
+    let key = keys::pending_entity_key(id);
+    let Some(bytes) = Tx::new(&w.store, &g.overlay, &w.unsynced).get(Cf::Audit, &key)? else {
+        return Ok(None);
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| StoreError::Corrupt {
+            what: format!("pending entity {}", hex::encode(key)),
+            detail: e.to_string(),
+        })
+}
+
+/// Delete pending row `id` and its entity in the group's batch.
+fn remove(w: &Writer, g: &mut Group, id: u64) {
+    let audit = w.store.cf(Cf::Audit);
+    for key in [keys::pending_key(id), keys::pending_entity_key(id)] {
+        g.batch.delete_cf(audit, key);
+        g.overlay.insert((Cf::Audit, key.to_vec()), None);
+    }
+}
+
+/// Pending row `id` as the group sees it (a begin or a settlement earlier in the group
+/// included).
+fn load(w: &Writer, g: &Group, id: u64) -> Result<Option<PendingRow>, StoreError> {
+    let key = keys::pending_key(id);
+    match Tx::new(&w.store, &g.overlay, &w.unsynced).get(Cf::Audit, &key)? {
+        None => Ok(None),
+        Some(value) => decode_pending(&key, &value).map(Some),
+    }
+}
+
+/// Delete pending row `id` and put its trail row (and outbox entity, when published) into the
+/// group's batch under the next seq. Never refused: a change already begun is always
+/// recorded, over a ceiling if it must be.
+#[allow(clippy::too_many_arguments)]
+fn into_trail(
+    w: &mut Writer,
+    g: &mut Group,
+    at: u64,
+    id: u64,
+    p: PendingRow,
+    result: RowResult,
+    refresh: bool,
+    entity: Option<Value>,
+) -> Box<Row> {
+    let publish = w.lifecycle && entity.is_some();
+    let row = trail_row(p, (g.seq + 1, at), result, publish, refresh);
+    let value = serde_json::to_vec(&row).expect("a row always serializes");
+    let entity = entity
+        .filter(|_| publish)
+        .map(|e| serde_json::to_vec(&e).expect("an entity always serializes"));
+    let bytes = (keys::ROW_KEY_LEN
+        + value.len()
+        + entity.as_ref().map_or(0, |e| keys::SEQ_KEY_LEN + e.len())) as u64;
+    // Always recorded, over the ceiling if it must be.
+    if let Err(e) = w.make_room(g, bytes) {
+        tracing::warn!(error = %e, "reading the oldest rows failed; recording over the ceiling");
+    }
+    g.seq += 1;
+    let audit = w.store.cf(Cf::Audit);
+    g.batch.put_cf(audit, keys::row_key(g.seq, at), &value);
+    if let Some(entity) = &entity {
+        g.batch.put_cf(audit, keys::outbox_key(g.seq), entity);
+    }
+    g.usage.rows += 1;
+    g.usage.bytes += bytes;
+    remove(w, g, id);
+    Box::new(row)
+}
+
+/// The trail row pending row `p` becomes as row `seq` at `at`.
+fn trail_row(
+    p: PendingRow,
+    (seq, at): (u64, u64),
+    result: RowResult,
+    publish: bool,
+    refresh: bool,
+) -> Row {
+    Row {
+        v: ROW_FORMAT,
+        seq,
+        at,
+        actor: p.actor,
+        remote_ip: p.remote_ip,
+        request_id: p.request_id,
+        action: p.action,
+        tenant: p.tenant,
+        resource: p.resource,
+        detail: p.detail,
+        before_hash: p.before_hash,
+        after_hash: p.after_hash,
+        revision: p.revision,
+        result,
+        publish,
+        refresh,
+    }
+}
+
+/// Refuse a begin with `AuditBacklog` (`reason`: which limit), as the writer refuses a commit.
+fn refuse(
+    g: &mut Group,
+    reason: &'static str,
+    reply: oneshot::Sender<Result<Pending, Refusal>>,
+) -> Answer {
+    g.refused += 1;
+    telemetry::audit::change_refused(reason);
+    Answer::Refused {
+        why: Refusal::Backlog,
+        reply,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::dual::pending_row::pending_rows;
+    use crate::audit::dual::pending_row::tests::row;
+    use crate::store::Store;
+    use rocksdb::WriteBatch;
+
+    /// A subject that is always absent.
+    struct Absent;
+
+    #[async_trait::async_trait]
+    impl crate::audit::dual::settle::Reconcile for Absent {
+        async fn hold(&self, _: &Value) -> Option<crate::audit::dual::settle::Hold> {
+            None
+        }
+        async fn present(
+            &self,
+            _: &Value,
+        ) -> Result<Option<crate::audit::dual::settle::Present>, String> {
+            Ok(None)
+        }
+    }
+
+    /// A pending row an earlier version wrote with its entity inside still settles, and
+    /// publishes that entity.
+    #[tokio::test]
+    async fn a_pending_row_with_its_entity_inside_settles_and_publishes_it() {
+        use std::sync::Arc;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let entity = serde_json::json!({"id": "r1", "tenant": "t1", "revision": 1});
+        // A delete (no state after it): a subject found absent settles it `ok`.
+        let old = PendingRow {
+            before_hash: Some("ab".into()),
+            after_hash: None,
+            entity: Some(entity.clone()),
+            ..row("route.delete")
+        };
+        let mut batch = WriteBatch::default();
+        let audit = store.cf(Cf::Audit);
+        batch.put_cf(
+            audit,
+            keys::pending_key(1),
+            serde_json::to_vec(&old).unwrap(),
+        );
+        batch.put_cf(audit, keys::meta_key(meta::PENDING_SEQ), 1u64.to_be_bytes());
+        store.write(batch, true).unwrap();
+        let options = crate::audit::TrailOptions {
+            lifecycle: true,
+            ..Default::default()
+        };
+        let trail =
+            crate::audit::Trail::start(store.clone(), options, Arc::new(crate::audit::SystemClock))
+                .unwrap();
+        let mut reconcilers = crate::audit::dual::settle::Reconcilers::new();
+        reconcilers.insert("route".into(), Arc::new(Absent) as Arc<_>);
+        let stop = tokio_util::sync::CancellationToken::new();
+        let settling = trail
+            .start_settlement(reconcilers, Default::default(), stop.clone())
+            .unwrap();
+        trail.boot_settled().await;
+        assert!(pending_rows(&store).unwrap().is_empty());
+        let rows = crate::audit::row::page(&store, 0, 10, &Default::default()).unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!((rows[0].result, rows[0].publish), (RowResult::Ok, true));
+        let published = store.get(Cf::Audit, &keys::outbox_key(1)).unwrap().unwrap();
+        assert_eq!(serde_json::from_slice::<Value>(&published).unwrap(), entity);
+        stop.cancel();
+        settling.await.unwrap();
+        trail.shutdown().await;
+    }
+}

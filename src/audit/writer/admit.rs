@@ -1,0 +1,135 @@
+//! Admission: how a change offered to a group is decided, and the room made for its row.
+//!
+//! A change validates itself first, so that one that would change nothing hears why
+//! whatever the trail's state. Then an operator's change is checked against the outbox
+//! backlog, and the trail is pruned (oldest first, below the cursor, in the group's batch)
+//! to make room for its row under the ceilings; an operator's change that still does not
+//! fit is refused with `AuditBacklog`. A change the node makes itself is never refused.
+//! Each change is decided against the group so far, so the counters stay exact.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use super::group::Group;
+use super::request::{Job, Sweep};
+use super::stage::Staged;
+use super::tx::{Op, Tx};
+use super::Writer;
+use crate::audit::bounds::prune::{self, Pruning, SweepBatch};
+use crate::audit::context::Context;
+use crate::audit::row::Row;
+use crate::store::{Cf, StoreError};
+use crate::telemetry;
+
+/// What became of a change offered to the group.
+pub(crate) enum Admitted {
+    /// Accepted as this row (boxed: a row is large, the refusals are not).
+    Row(Box<Row>),
+    /// Refused by its own validation (or it failed): the job knows why.
+    Refused,
+    /// Refused by the ceilings or the backlog.
+    Backlog,
+}
+
+impl Writer {
+    /// Offer one change to the group (see the module doc). Accepted, it takes the next seq
+    /// and its ops, row and outbox entity go into the batch.
+    pub(super) fn take_change(
+        &mut self,
+        g: &mut Group,
+        at: u64,
+        ctx: &Context,
+        job: &mut dyn Job,
+    ) -> Admitted {
+        let mut tx = Tx::new(&self.store, &g.overlay, &self.unsynced);
+        let prepared = catch_unwind(AssertUnwindSafe(|| job.prepare(&mut tx)));
+        let ops = tx.into_ops();
+        let change = match prepared {
+            Ok(Some(change)) => change,
+            Ok(None) => return Admitted::Refused,
+            Err(_) => {
+                // A change's own code panicked: nothing of it is written, the caller hears
+                // StoreUnavailable, and the writer goes on.
+                tracing::error!("a change panicked while being validated; not written");
+                return Admitted::Refused;
+            }
+        };
+        // Validated first: a change that would change nothing (a missing subject, bad input)
+        // hears why, backlog or not. One that would is refused here, its ops dropped.
+        // A change the node makes itself is never refused: it may push the trail over.
+        let exempt = ctx.is_system();
+        if !exempt && g.backlog_full(&self.limits) {
+            return refuse(g, "backlog");
+        }
+        let staged = Staged::new(&self.hasher, self.lifecycle, g.seq + 1, at, ctx, change);
+        self.admit(g, staged, exempt, ops)
+    }
+
+    /// Put a staged row (and the ops of its change) into the group under the next seq, after
+    /// pruning the trail to make room for it under the ceilings; a change that is not
+    /// `exempt` is refused if it still does not fit.
+    pub(crate) fn admit(
+        &mut self,
+        g: &mut Group,
+        staged: Staged,
+        exempt: bool,
+        ops: Vec<Op>,
+    ) -> Admitted {
+        match self.make_room(g, staged.bytes()) {
+            Ok(fits) => {
+                if !fits && !exempt {
+                    return refuse(g, "ceiling");
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "reading the oldest rows failed; change not written");
+                return Admitted::Refused;
+            }
+        }
+        g.seq += 1;
+        for (cf, key, value) in ops {
+            match &value {
+                Some(v) => g.batch.put_cf(self.store.cf(cf), &key, v),
+                None => g.batch.delete_cf(self.store.cf(cf), &key),
+            }
+            g.overlay.insert((cf, key), value);
+        }
+        let row = staged.put(self.store.cf(Cf::Audit), &mut g.batch, &mut g.usage);
+        Admitted::Row(Box::new(row))
+    }
+
+    /// Delete the oldest rows group `g` may until a row of `need` bytes fits under the
+    /// ceilings, counting them as pruned by the ceilings. Whether it fits.
+    pub(crate) fn make_room(&mut self, g: &mut Group, need: u64) -> Result<bool, StoreError> {
+        let limits = self.limits;
+        let (pruned, fits) = self.pruning(g).make_room(need, &limits)?;
+        g.pruned.ceiling += pruned;
+        Ok(fits)
+    }
+
+    /// One batch of the retention sweep, bounded by the cursor like the ceilings.
+    pub(super) fn sweep(&mut self, g: &mut Group, sweep: &Sweep) -> Result<SweepBatch, StoreError> {
+        let mut done = self.pruning(g).sweep(sweep.older_than_ms, sweep.max_rows)?;
+        g.pruned.retention += done.pruned;
+        done.cursor = prune::cursor(&g.positions);
+        Ok(done)
+    }
+
+    /// The head of the trail as group `g` may delete from it: never at or above the lifecycle
+    /// cursor, and only rows already written.
+    fn pruning<'a>(&'a mut self, g: &'a mut Group) -> Pruning<'a> {
+        Pruning {
+            below: prune::below(prune::cursor(&g.positions), self.written.last_seq),
+            head: &mut self.head,
+            store: &self.store,
+            batch: &mut g.batch,
+            usage: &mut g.usage,
+        }
+    }
+}
+
+/// Refuse a change with `AuditBacklog` (`reason`: which limit) before it takes a seq.
+fn refuse(g: &mut Group, reason: &'static str) -> Admitted {
+    g.refused += 1;
+    telemetry::audit::change_refused(reason);
+    Admitted::Backlog
+}

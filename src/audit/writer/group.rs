@@ -1,0 +1,203 @@
+//! A group commit in the making: the requests taken into it, its batch, and what it would
+//! make of the writer's counters.
+//!
+//! [`Writer::next_group`] starts a group where the last one handed over leaves the counters,
+//! [`Writer::add`] validates and stages each request into it, and [`Writer::close`] puts the
+//! meta counters it moves into its batch and turns it into the [`Prepared`] group the syncer
+//! writes.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use rocksdb::WriteBatch;
+
+use super::admit::Admitted;
+use super::pipe::Pipe;
+use super::request::{Advance, Request};
+use super::sync::{Prepared, Taken, Tally};
+use super::tx::Overlay;
+use super::Writer;
+use crate::audit::bounds::limits::{Limits, Pruned};
+use crate::audit::bounds::prune;
+use crate::audit::bounds::usage::Usage;
+use crate::audit::dual::writer_side as dual;
+use crate::audit::restore::refresh;
+use crate::store::{keys, keys::meta, Cf};
+
+/// The group being built: its batch and what it would make of the writer's state.
+pub(crate) struct Group {
+    /// Every write of the group, applied in one synced write.
+    pub(crate) batch: WriteBatch,
+    /// The local subjects' writes so far, for the changes validated after them.
+    pub(crate) overlay: Overlay,
+    /// The trail's rows and bytes as the group leaves them.
+    pub(crate) usage: Usage,
+    /// The last seq the group hands out.
+    pub(crate) seq: u64,
+    /// The sinks' positions as the group leaves them.
+    pub(crate) positions: BTreeMap<String, u64>,
+    /// The rows it prunes.
+    pub(crate) pruned: Pruned,
+    /// The changes it refuses for the ceilings or the backlog.
+    pub(crate) refused: u64,
+}
+
+impl Group {
+    /// Whether the outbox backlog, as this group leaves it (`m:audit_seq` minus the cursor),
+    /// refuses an operator's change.
+    pub(crate) fn backlog_full(&self, limits: &Limits) -> bool {
+        prune::backlog(prune::cursor(&self.positions), self.seq) >= limits.outbox_max_backlog
+    }
+}
+
+/// A group being prepared, with the requests taken into it.
+pub(super) struct Preparing {
+    g: Group,
+    pub(super) taken: Vec<Taken>,
+    /// The commit time of its rows.
+    at: u64,
+    started: Instant,
+    /// The pipe's epoch when it was started: a batch failing meanwhile abandons it.
+    pub(super) epoch: u64,
+    /// Whether it moves a sink's position (and so `m:lifecycle_cursor`).
+    advanced: bool,
+}
+
+impl Writer {
+    /// The next group: it starts from the counters the last group handed over leaves, at a
+    /// commit time never before the last row's.
+    pub(super) fn next_group(&self, pipe: &Pipe) -> Preparing {
+        Preparing {
+            g: Group {
+                batch: WriteBatch::default(),
+                overlay: Overlay::new(),
+                usage: self.tally.usage,
+                seq: self.tally.last_seq,
+                positions: self.tally.positions.clone(),
+                pruned: Pruned::default(),
+                refused: 0,
+            },
+            taken: Vec::new(),
+            at: self.clock.now_ms().max(self.tally.last_at),
+            started: Instant::now(),
+            epoch: pipe.epoch,
+            advanced: false,
+        }
+    }
+
+    /// Validate and stage one request into the group being prepared.
+    pub(super) fn add(&mut self, o: &mut Preparing, request: Request) {
+        let (g, at) = (&mut o.g, o.at);
+        let taken = match request {
+            Request::Commit { ctx, mut job } => match self.take_change(g, at, &ctx, &mut *job) {
+                Admitted::Row(row) => Taken::Change {
+                    job,
+                    row: Some(row),
+                },
+                Admitted::Refused => Taken::Change { job, row: None },
+                Admitted::Backlog => Taken::Backlog { job },
+            },
+            Request::Advance(advance) => {
+                o.advanced = true;
+                self.take_advance(g, advance)
+            }
+            Request::Sweep(sweep) => Taken::Sweep {
+                swept: self.sweep(g, &sweep),
+                reply: sweep.reply,
+            },
+            Request::Begin(req) => Taken::Pending(dual::begin(self, g, at, *req)),
+            Request::Finish(req) => Taken::Pending(dual::finish(self, g, at, req)),
+            Request::Settle(req) => Taken::Pending(dual::settle(self, g, at, req)),
+            Request::Refresh(req) => Taken::Refresh(refresh::take(self, g, at, *req)),
+            Request::RefreshDone(reply) => {
+                let key = keys::meta_key(meta::REFRESH_PENDING);
+                g.batch.delete_cf(self.store.cf(Cf::Audit), key);
+                Taken::Meta { reply }
+            }
+            Request::Shutdown(_) => unreachable!("run() never puts a shutdown in a group"),
+        };
+        o.taken.push(taken);
+    }
+
+    /// Stage a sink's new position and its dead letters.
+    fn take_advance(&self, g: &mut Group, advance: Advance) -> Taken {
+        let dead_letters = self.store.cf(Cf::DeadLetters);
+        for (key, value) in advance.dead_letters {
+            g.batch.put_cf(dead_letters, &key, &value);
+            g.overlay.insert((Cf::DeadLetters, key), Some(value));
+        }
+        g.batch.put_cf(
+            self.store.cf(Cf::Audit),
+            keys::meta_key(&meta::sink_cursor(&advance.sink)),
+            advance.to.to_be_bytes(),
+        );
+        g.positions.insert(advance.sink.clone(), advance.to);
+        Taken::Advance {
+            sink: advance.sink,
+            to: advance.to,
+            reply: advance.reply,
+        }
+    }
+
+    /// Close the group being prepared: put the meta counters it moves into its batch and
+    /// advance the counters to what it makes of them.
+    pub(super) fn close(&mut self, o: Preparing) -> Prepared {
+        let Preparing {
+            mut g,
+            taken,
+            at,
+            started,
+            epoch,
+            advanced,
+        } = o;
+        let rows = g.seq - self.tally.last_seq;
+        self.put_counters(&mut g, rows, advanced);
+        let tally = Tally {
+            last_seq: g.seq,
+            last_at: at,
+            usage: g.usage,
+            positions: g.positions,
+        };
+        self.tally = tally.clone();
+        self.unsynced.push_back(g.overlay);
+        let sync = taken.iter().any(Taken::needs_sync);
+        Prepared {
+            epoch,
+            batch: g.batch,
+            taken,
+            at,
+            rows,
+            tally,
+            pruned: g.pruned,
+            refused: g.refused,
+            started,
+            sync,
+        }
+    }
+
+    /// Put into `g`'s batch the meta counters it moves: `m:audit_seq` when it adds `rows`,
+    /// `m:audit_usage` when it adds or deletes rows, `m:lifecycle_cursor` when it `advanced`
+    /// a sink.
+    fn put_counters(&self, g: &mut Group, rows: u64, advanced: bool) {
+        let audit = self.store.cf(Cf::Audit);
+        if rows > 0 {
+            g.batch
+                .put_cf(audit, keys::meta_key(meta::AUDIT_SEQ), g.seq.to_be_bytes());
+        }
+        if rows > 0 || self.head.staged() > 0 {
+            // The counters go in the batch that adds or deletes the rows they count (even
+            // deletions staged before a failed read refused the rest).
+            g.usage.seq = g.seq;
+            g.batch
+                .put_cf(audit, keys::meta_key(meta::AUDIT_USAGE), g.usage.encode());
+        }
+        if let (true, Some(cursor)) = (advanced, prune::cursor(&g.positions)) {
+            // m:lifecycle_cursor: the last seq every configured sink has confirmed.
+            g.batch.put_cf(
+                audit,
+                keys::meta_key(meta::LIFECYCLE_CURSOR),
+                cursor.to_be_bytes(),
+            );
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! The writer: the one thread that hands out seq and writes the audit column family.
+//!
+//! Seq order must equal commit order, so that a reader resuming after the last seq it saw
+//! never misses a row. One thread owns seq allocation and the write path, fed by a channel.
+//! It group-commits: it takes every request waiting (up to [`MAX_GROUP`]), validates each in
+//! order against the store plus the writes already accepted (into this group, or into the
+//! groups handed on and not yet on disk), gives the accepted ones consecutive seqs, and puts
+//! all their ops, rows, outbox entities and the meta counters in ONE `WriteBatch`. The
+//! syncer thread (`sync.rs`) writes that batch synced and only then answers every caller,
+//! while this thread prepares the next group: one fsync serves many changes, preparing and
+//! writing run side by side, and each change is still all-or-nothing. Both are dedicated OS
+//! threads, not tokio tasks, because every step of them blocks on RocksDB.
+//!
+//! Requests that read the trail itself (dual writes, refreshes, the retention sweep) are
+//! prepared only once everything before them is on disk, so what they read is the store as it
+//! is. Deleting rows from the head of the trail (the ceilings) needs no such wait: it reads
+//! only rows already written, and `prune::Head` knows which of them the groups not yet
+//! written delete.
+//!
+//! The files: `boot.rs` reads the counters at start; `serve.rs` is the thread's loop;
+//! `group.rs` builds a group and `admit.rs` decides each change in it; `pipe.rs` hands groups
+//! to the syncer and takes their results back; `sync.rs` is the syncer thread. `request.rs`
+//! is what callers send, `tx.rs` what a change sees while it is validated, `stage.rs` its row
+//! before it takes a seq.
+
+mod admit;
+mod boot;
+mod group;
+mod pipe;
+pub(crate) mod request;
+mod serve;
+pub(crate) mod stage;
+pub(crate) mod sync;
+pub(crate) mod tx;
+
+pub(crate) use admit::Admitted;
+pub(crate) use boot::{boot, reachable, Boot};
+pub(crate) use group::Group;
+pub(crate) use request::{Advance, CommitJob, Request, Sweep};
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use tokio::sync::{mpsc, watch};
+
+use crate::audit::bounds::limits::{Limits, SharedStats};
+use crate::audit::bounds::prune::Head;
+use crate::audit::hash::SubjectHasher;
+use crate::audit::{Clock, TrailOptions};
+use crate::store::{Store, StoreError};
+use sync::{Syncer, Tally};
+use tx::Overlay;
+
+/// The most requests one group commit takes: bounds the batch size and the latency of the
+/// first caller in it.
+pub const MAX_GROUP: usize = 1024;
+
+/// The writer thread's state.
+pub(crate) struct Writer {
+    pub store: Store,
+    pub rx: mpsc::Receiver<Request>,
+    pub hasher: SubjectHasher,
+    pub clock: Arc<dyn Clock>,
+    /// The counters as the last group handed to the syncer leaves them: the next group
+    /// starts from here.
+    pub tally: Tally,
+    /// The counters as of the last group on disk: pruning reads the store only below its
+    /// seq, and a batch that fails rolls `tally` back to it.
+    pub written: Tally,
+    /// Whether lifecycle events are on: entities go to the outbox and rows are flagged.
+    pub lifecycle: bool,
+    /// The oldest rows, read ahead, for the ceilings and the retention sweep to delete.
+    pub head: Head,
+    /// Retention and ceilings.
+    pub limits: Limits,
+    /// The last pending id handed out (`m:pending_seq`).
+    pub last_pending_id: u64,
+    /// The writes of the groups handed to the syncer and not yet known to be on disk, oldest
+    /// first: what a change reads after its own group's.
+    pub unsynced: VecDeque<Overlay>,
+}
+
+/// A started writer: what the trail keeps of it.
+pub(crate) struct Running {
+    /// Where requests go.
+    pub requests: mpsc::Sender<Request>,
+    /// The last committed seq, as the syncer moves it.
+    pub committed: watch::Receiver<u64>,
+    /// What the syncer keeps up to date after every group.
+    pub stats: SharedStats,
+    /// The writer thread (it joins the syncer's before it ends).
+    pub thread: JoinHandle<()>,
+}
+
+/// Start the writer and syncer threads on a booted store: the writer counts on from `tally`
+/// and hands out pending ids after `last_pending_id`.
+pub(crate) fn start(
+    store: &Store,
+    (hasher, tally): (SubjectHasher, Tally),
+    options: &TrailOptions,
+    clock: Arc<dyn Clock>,
+    last_pending_id: u64,
+) -> Result<Running, StoreError> {
+    let (requests, rx) = mpsc::channel(options.queue.max(1));
+    let (committed_tx, committed) = watch::channel(tally.last_seq);
+    let stats = SharedStats::at_boot(&tally, options.limits.ceilings());
+    crate::telemetry::audit::ceilings_configured(&options.limits.ceilings());
+    let writer = Writer {
+        store: store.clone(),
+        rx,
+        hasher,
+        clock,
+        tally: tally.clone(),
+        written: tally.clone(),
+        lifecycle: options.lifecycle,
+        head: Head::new(tally.usage.from),
+        limits: options.limits,
+        last_pending_id,
+        unsynced: Default::default(),
+    };
+    let syncer = Syncer {
+        store: store.clone(),
+        committed: committed_tx,
+        stats: stats.clone(),
+        written: tally,
+        failed: None,
+    };
+    let thread = pipe::spawn(writer, syncer).map_err(|e| StoreError::Corrupt {
+        what: "audit writer thread".into(),
+        detail: e.to_string(),
+    })?;
+    Ok(Running {
+        requests,
+        committed,
+        stats,
+        thread,
+    })
+}
