@@ -53,7 +53,10 @@ fn events(path: &Path) -> (Vec<u64>, BTreeMap<u64, Value>) {
 /// After a run that ended cleanly, the file holds whole lines only (a torn one was cut).
 fn assert_whole(path: &Path) {
     let bytes = std::fs::read(path).unwrap();
-    assert!(bytes.ends_with(b"\n"), "the events file ends in a torn line");
+    assert!(
+        bytes.ends_with(b"\n"),
+        "the events file ends in a torn line"
+    );
 }
 
 #[test]

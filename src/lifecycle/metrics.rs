@@ -84,8 +84,8 @@ pub fn attempted(sink: &str, elapsed: Duration) {
         .observe(elapsed.as_secs_f64());
 }
 
-/// A batch's outcomes: `delivered` confirmed, `dead` dead-lettered.
-pub fn settled(sink: &str, delivered: u64, dead: u64) {
+/// An attempt's tally: `delivered` confirmed, `dead` dead-lettered.
+pub fn tallied(sink: &str, delivered: u64, dead: u64) {
     let m = metrics();
     m.delivered.with_label_values(&[sink]).inc_by(delivered);
     m.dead_lettered.with_label_values(&[sink]).inc_by(dead);
