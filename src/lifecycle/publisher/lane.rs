@@ -11,19 +11,21 @@
 //! The shutdown token is looked at whenever the lane picks its next state from the window
 //! ([`Lane::next_state`]), and waits (idle, backoff, disabled) end on it.
 
+mod confirming;
+mod sending;
+
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::attempt::{self, Attempt, Failure};
+use super::attempt::Attempt;
 use super::persister::Persister;
 use super::reader::{Outbox, Page, Reader};
-use super::{sink_change, PublisherOptions, SinkSpec};
-use crate::audit::{CommitError, Context, Trail};
-use crate::lifecycle::metrics;
+use super::{PublisherOptions, SinkSpec};
+use crate::audit::Trail;
 use crate::lifecycle::status::{self, SharedStatus, SinkState};
 
 /// Where a lane is: what its next step does.
@@ -48,10 +50,15 @@ pub(super) enum State {
 
 /// One sink's loop, and all of its state.
 pub(super) struct Lane {
+    /// The trail: its outbox is read, positions and `sink.disable` rows go through it.
     trail: Trail,
+    /// The sink, its name and its retry schedule.
     spec: SinkSpec,
+    /// The publisher's page size, window and idle timer.
     options: PublisherOptions,
+    /// What operators see of the sink; the lane writes it, the API reads it.
     status: SharedStatus,
+    /// The node's shutdown.
     shutdown: CancellationToken,
     /// How many times an operator enabled the sink again (see [`super::Publisher::enable`]).
     enables: watch::Receiver<u64>,
@@ -154,167 +161,6 @@ impl Lane {
         self.next_state()
     }
 
-    /// Take the next page; the next read goes on in the same reader after a full page.
-    async fn take_page(&mut self) -> State {
-        let Some(mut reader) = self.reader.take() else {
-            return self.next_state();
-        };
-        let page = match reader.next().await {
-            Ok(page) => page,
-            Err(e) => return self.read_failed(&e.to_string()).await,
-        };
-        if page.deliveries.is_empty() {
-            return self.nothing_to_send(page);
-        }
-        self.reader = match page.last {
-            Some(_) if page.full => Some(reader),
-            last => last.map(|last| self.read(last)),
-        };
-        State::Sending(page)
-    }
-
-    /// A read failed: with attempts under way, read again once they are confirmed; else
-    /// after a pause.
-    async fn read_failed(&mut self, error: &str) -> State {
-        self.note_error(&format!("reading the outbox: {error}"));
-        if !self.window.is_empty() {
-            return self.next_state();
-        }
-        pause(&self.shutdown, Duration::from_secs(1)).await;
-        State::Resuming
-    }
-
-    /// A page with no event: wait for the window to drain, or pass over rows that publish
-    /// nothing (or whose events cannot be built, logged), or idle when caught up.
-    fn nothing_to_send(&mut self, page: Page) -> State {
-        if !self.window.is_empty() {
-            // Nothing more to submit for now; read again once the window drained.
-            return self.next_state();
-        }
-        match page.last.filter(|last| *last > self.position) {
-            Some(last) => {
-                self.position = last;
-                self.persister.write(last, Vec::new());
-                State::Resuming
-            }
-            None => State::Idle,
-        }
-    }
-
-    /// Hand `page` to the sink: one more attempt under way.
-    async fn send(&mut self, page: Page) -> State {
-        if self.window.is_empty() {
-            let oldest = page.ats.first().copied();
-            status::update(&self.status, |s| s.oldest_unconfirmed_at = oldest);
-        }
-        let started = Instant::now();
-        let submitted = self.spec.sink.submit(&page.deliveries).await;
-        self.window.push_back(Attempt {
-            page,
-            outcomes: submitted.outcomes,
-            open: submitted.open,
-            started,
-        });
-        self.next_state()
-    }
-
-    /// Await the oldest attempt's outcomes and move the position over what they confirm.
-    async fn confirm_oldest(&mut self) -> State {
-        let Some(oldest) = self.window.pop_front() else {
-            return State::Resuming;
-        };
-        let outcomes = oldest.outcomes.await;
-        metrics::attempted(&self.spec.name, oldest.started.elapsed());
-        let tally = attempt::tally(&self.spec.name, self.position, &oldest.page, &outcomes);
-        let dead_lettered = tally.dead.len() as u64;
-        status::update(&self.status, |s| {
-            s.delivered += tally.delivered;
-            s.dead_lettered += dead_lettered;
-        });
-        metrics::tallied(&self.spec.name, tally.delivered, dead_lettered);
-        // Freeing a page's events is a thousand small frees: not on this loop.
-        drop(tokio::task::spawn_blocking(move || drop(oldest.page)));
-        if tally.to > self.position {
-            // A crash here: the sink has these events, the store does not know it yet.
-            fail::fail_point!("lifecycle::before_persist");
-            self.position = tally.to;
-            self.persister.write(tally.to, tally.dead);
-        }
-        match tally.failure {
-            None => self.confirmed(),
-            Some(Failure::Retry(after, reason)) => self.retry(after, &reason).await,
-            Some(Failure::Disabled(reason)) => self.disable(&reason).await,
-        }
-    }
-
-    /// The oldest attempt went through: the sink runs; with nothing left under way, a read
-    /// starts after the position unless one is under way already.
-    fn confirmed(&mut self) -> State {
-        self.failures = 0;
-        status::update(&self.status, |s| {
-            s.state = SinkState::Running;
-            if let Some(next) = self.window.front() {
-                s.oldest_unconfirmed_at = next.page.ats.first().copied();
-            }
-        });
-        if self.window.is_empty() && self.reader.is_none() {
-            return State::Resuming;
-        }
-        self.next_state()
-    }
-
-    /// An attempt must be retried: give up what is under way and back off.
-    async fn retry(&mut self, after: Option<Duration>, reason: &str) -> State {
-        self.abandon().await;
-        let delay = self.spec.retry.delay(self.failures, after);
-        self.failures = self.failures.saturating_add(1);
-        metrics::failed(&self.spec.name, reason, true);
-        status::update(&self.status, |s| {
-            s.state = SinkState::Retrying;
-            s.retries += 1;
-            s.last_error = Some(reason.to_owned());
-        });
-        tracing::warn!(sink = %self.spec.name, reason = %reason, delay_ms = delay.as_millis() as u64, "lifecycle delivery failed; will retry");
-        State::Retrying(delay)
-    }
-
-    /// Pause before starting again from the position.
-    async fn back_off(&mut self, delay: Duration) -> State {
-        pause(&self.shutdown, delay).await;
-        State::Resuming
-    }
-
-    /// The destination disabled the sink: give up what is under way and say so in the trail.
-    async fn disable(&mut self, reason: &str) -> State {
-        self.abandon().await;
-        metrics::failed(&self.spec.name, "disabled", false);
-        tracing::error!(sink = %self.spec.name, reason = %reason, "lifecycle sink disabled by its destination; keeping its position until an operator enables it");
-        // Recorded before the status shows it: an enable, sent only while the status shows
-        // the sink disabled, comes after it in the trail.
-        record_disabled(&self.trail, &self.spec.name, self.position, reason).await;
-        status::update(&self.status, |s| {
-            s.state = SinkState::Disabled;
-            s.last_error = Some(reason.to_owned());
-        });
-        State::Disabled
-    }
-
-    /// Wait at the position for an operator's enable; then start again from it.
-    async fn await_enable(&mut self) -> State {
-        tokio::select! {
-            enabled = self.enables.changed() => {
-                if enabled.is_err() {
-                    return State::Stopped;
-                }
-            }
-            _ = self.shutdown.cancelled() => return State::Stopped,
-        }
-        tracing::info!(sink = %self.spec.name, position = self.position, "lifecycle sink enabled again; resuming from its position");
-        self.failures = 0;
-        status::update(&self.status, |s| s.state = SinkState::Running);
-        State::Resuming
-    }
-
     /// Caught up: report it, then wait for a commit (or the idle timer) to read again.
     async fn idle(&mut self) -> State {
         status::update(&self.status, |s| s.oldest_unconfirmed_at = None);
@@ -325,16 +171,6 @@ impl Lane {
             _ = self.shutdown.cancelled() => return State::Stopped,
         }
         State::Resuming
-    }
-
-    /// Give up on what is under way after a failure: wait for every attempt's outcomes (they
-    /// are not counted: the position stays before them, so what they delivered comes again,
-    /// with the same ids) and drop the read under way.
-    async fn abandon(&mut self) {
-        for attempt in self.window.drain(..) {
-            drop(attempt.outcomes.await);
-        }
-        self.reader = None;
     }
 
     /// Wind down: abandon what is under way, wait for the readers, write the last positions.
@@ -377,24 +213,6 @@ async fn pause(shutdown: &CancellationToken, delay: Duration) {
     tokio::select! {
         _ = tokio::time::sleep(delay) => {}
         _ = shutdown.cancelled() => {}
-    }
-}
-
-/// The node's own change of sink `sink`'s state, in the trail: a `sink.disable` row (the
-/// system's), resource `sinks/<name>`, saying why and at which position. Not written (the
-/// store refuses it) is logged; the sink is disabled all the same.
-async fn record_disabled(trail: &Trail, sink: &str, position: u64, reason: &str) {
-    let (name, reason) = (sink.to_owned(), reason.to_owned());
-    let committed = trail
-        .commit(Context::system(), move |_| {
-            let change = sink_change("sink.disable", &name)
-                .detail("reason", reason.clone())
-                .detail("position", position);
-            Ok::<_, CommitError<std::convert::Infallible>>((change, ()))
-        })
-        .await;
-    if let Err(e) = committed {
-        tracing::error!(sink = %sink, error = ?e, "the sink.disable row could not be written");
     }
 }
 
