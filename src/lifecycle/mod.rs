@@ -44,7 +44,7 @@ pub enum LifecycleError {
 /// is set their positions hold rows back from retention and the ceilings, so the events
 /// already in the outbox must still reach them, and their positions must still pass over the
 /// rows that publish nothing, or the backlog would refuse every change. A failing
-/// healthcheck is logged, not fatal: the sink's loop retries until the destination comes up,
+/// healthcheck is logged, not fatal: the sink's lane retries until the destination comes up,
 /// and the outbox keeps every event meanwhile.
 pub async fn start(
     config: &LifecycleConfig,

@@ -46,7 +46,7 @@ pub struct SinkStatus {
     pub oldest_unconfirmed_at: Option<u64>,
 }
 
-/// A sink's status, shared between its loop (writer) and the API (reader).
+/// A sink's status, shared between its lane, which updates it, and the API, which shows it.
 pub type SharedStatus = Arc<Mutex<SinkStatus>>;
 
 /// The status of a sink starting at `position`: running, nothing counted yet.

@@ -48,7 +48,7 @@ pub(super) enum State {
     Stopped,
 }
 
-/// One sink's loop, and all of its state.
+/// One sink's lane, and all of its state.
 pub(super) struct Lane {
     /// The trail: its outbox is read, positions and `sink.disable` rows go through it.
     trail: Trail,
@@ -69,7 +69,7 @@ pub(super) struct Lane {
     /// The outbox readers started (each on the blocking pool), awaited when the lane ends.
     readers: TaskTracker,
     /// The last seq delivered (or dead-lettered): the next read starts after it. May be ahead
-    /// of the persisted position while a position write is in flight.
+    /// of the persisted position while a position write is under way.
     position: u64,
     /// The attempts under way, oldest first.
     window: VecDeque<Attempt>,

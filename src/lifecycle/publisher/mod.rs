@@ -40,8 +40,8 @@ pub struct PublisherOptions {
     pub batch: usize,
     /// How long a lane sleeps when no commit wakes it.
     pub idle: Duration,
-    /// Most attempts (batches) in flight per sink, for sinks that keep order across attempts
-    /// (Kafka); the others have one at a time.
+    /// Most attempts under way per sink, for sinks that keep order across attempts (Kafka);
+    /// the others have one at a time.
     pub in_flight: usize,
 }
 

@@ -26,7 +26,7 @@ impl Lane {
             s.dead_lettered += dead_lettered;
         });
         metrics::tallied(&self.spec.name, tally.delivered, dead_lettered);
-        // Freeing a page's events is a thousand small frees: not on this loop.
+        // Freeing a page's events is a thousand small frees: not on the lane's task.
         drop(tokio::task::spawn_blocking(move || drop(oldest.page)));
         if tally.to > self.position {
             // A crash here: the sink has these events, the store does not know it yet.
@@ -85,7 +85,7 @@ impl Lane {
         tracing::error!(sink = %self.spec.name, reason = %reason, "lifecycle sink disabled by its destination; keeping its position until an operator enables it");
         // Recorded before the status shows it: an enable, sent only while the status shows
         // the sink disabled, comes after it in the trail.
-        record_disabled(&self.trail, &self.spec.name, self.position, reason).await;
+        commit_disable_row(&self.trail, &self.spec.name, self.position, reason).await;
         status::update(&self.status, |s| {
             s.state = SinkState::Disabled;
             s.last_error = Some(reason.to_owned());
@@ -123,7 +123,7 @@ impl Lane {
 /// The node's own change of sink `sink`'s state, in the trail: a `sink.disable` row (the
 /// system's), resource `sinks/<name>`, saying why and at which position. Not written (the
 /// store refuses it) is logged; the sink is disabled all the same.
-async fn record_disabled(trail: &Trail, sink: &str, position: u64, reason: &str) {
+async fn commit_disable_row(trail: &Trail, sink: &str, position: u64, reason: &str) {
     let (name, reason) = (sink.to_owned(), reason.to_owned());
     let committed = trail
         .commit(Context::system(), move |_| {
