@@ -7,7 +7,7 @@ use ankusa_sinks::{Delivery, Outcome, RetryPolicy, Sink, SinkError, Submitted};
 use serde_json::json;
 
 use super::*;
-use crate::audit::{Change, SystemClock, TrailOptions};
+use crate::audit::{Change, CommitError, Context, SystemClock, TrailOptions};
 use crate::lifecycle::dead_letters;
 use crate::lifecycle::status::SinkStatus;
 use crate::store::{keys::meta, Store};
