@@ -101,40 +101,48 @@ impl ApiConfig {
         }
         let mut names = HashSet::new();
         for (i, token) in self.tokens.iter().enumerate() {
-            if !valid_token_name(&token.name) {
-                return invalid(
-                    "api.tokens.name",
-                    &format!("token #{i}: must be 1 to 64 characters of A-Z a-z 0-9 . _ - : @"),
-                );
-            }
-            if token.name == crate::audit::SYSTEM_ACTOR {
-                return invalid(
-                    "api.tokens.name",
-                    &format!("token #{i}: `system` is the node's own actor name"),
-                );
-            }
-            if !names.insert(token.name.as_str()) {
-                return invalid(
-                    "api.tokens.name",
-                    &format!("token #{i}: `{}` is used by another token", token.name),
-                );
-            }
-            if token.sha256.len() != 64 || hex::decode(&token.sha256).is_err() {
-                return invalid(
-                    "api.tokens.sha256",
-                    &format!(
-                        "token `{}`: must be the 64 hex digits of a SHA-256 digest \
-                         (`ankusa token hash`)",
-                        token.name
-                    ),
-                );
-            }
-            if token.scopes.is_empty() {
-                return invalid(
-                    "api.tokens.scopes",
-                    &format!("token `{}`: must name at least one scope", token.name),
-                );
-            }
+            token.validate(i, &mut names)?;
+        }
+        Ok(())
+    }
+}
+
+impl TokenConfig {
+    /// Check token number `i`; `names` are those of the tokens before it.
+    fn validate<'a>(&'a self, i: usize, names: &mut HashSet<&'a str>) -> Result<(), ConfigError> {
+        if !valid_token_name(&self.name) {
+            return invalid(
+                "api.tokens.name",
+                &format!("token #{i}: must be 1 to 64 characters of A-Z a-z 0-9 . _ - : @"),
+            );
+        }
+        if self.name == crate::audit::SYSTEM_ACTOR {
+            return invalid(
+                "api.tokens.name",
+                &format!("token #{i}: `system` is the node's own actor name"),
+            );
+        }
+        if !names.insert(self.name.as_str()) {
+            return invalid(
+                "api.tokens.name",
+                &format!("token #{i}: `{}` is used by another token", self.name),
+            );
+        }
+        if self.sha256.len() != 64 || hex::decode(&self.sha256).is_err() {
+            return invalid(
+                "api.tokens.sha256",
+                &format!(
+                    "token `{}`: must be the 64 hex digits of a SHA-256 digest \
+                     (`ankusa token hash`)",
+                    self.name
+                ),
+            );
+        }
+        if self.scopes.is_empty() {
+            return invalid(
+                "api.tokens.scopes",
+                &format!("token `{}`: must name at least one scope", self.name),
+            );
         }
         Ok(())
     }

@@ -24,11 +24,11 @@ pub struct LifecycleConfig {
     pub sink: BTreeMap<String, ankusa_sinks::SinkConfig>,
     /// Most events handed to a sink in one delivery attempt.
     pub batch: usize,
-    /// How long a sink's loop waits for a commit before it looks at the outbox anyway.
+    /// How long a sink's lane waits for a commit before it looks at the outbox anyway.
     #[serde(with = "humantime_serde")]
     pub idle: Duration,
-    /// Most delivery attempts (batches) in flight per sink, for sinks that keep order across
-    /// attempts (Kafka).
+    /// Most delivery attempts under way per sink, for sinks that keep order across attempts
+    /// (Kafka).
     pub in_flight: usize,
 }
 
@@ -45,26 +45,36 @@ impl LifecycleConfig {
         }
         let mut seen = HashSet::new();
         for name in &self.sinks {
-            if name.is_empty()
-                || name.len() > 64
-                || !name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-            {
-                return invalid(
-                    "lifecycle.sinks",
-                    &format!("`{name}`: a sink name is 1 to 64 characters of A-Z a-z 0-9 _ -"),
-                );
-            }
-            if !seen.insert(name) {
-                return invalid("lifecycle.sinks", &format!("`{name}` is listed twice"));
-            }
-            if !self.sink.contains_key(name) {
-                return invalid(
-                    "lifecycle.sinks",
-                    &format!("`{name}` has no definition under [lifecycle.sink.{name}]"),
-                );
-            }
+            self.check_listed(name, &mut seen)?;
+        }
+        Ok(())
+    }
+
+    /// Check sink `name` of `lifecycle.sinks`; `seen` are the names listed before it.
+    fn check_listed<'a>(
+        &self,
+        name: &'a str,
+        seen: &mut HashSet<&'a str>,
+    ) -> Result<(), ConfigError> {
+        if name.is_empty()
+            || name.len() > 64
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            return invalid(
+                "lifecycle.sinks",
+                &format!("`{name}`: a sink name is 1 to 64 characters of A-Z a-z 0-9 _ -"),
+            );
+        }
+        if !seen.insert(name) {
+            return invalid("lifecycle.sinks", &format!("`{name}` is listed twice"));
+        }
+        if !self.sink.contains_key(name) {
+            return invalid(
+                "lifecycle.sinks",
+                &format!("`{name}` has no definition under [lifecycle.sink.{name}]"),
+            );
         }
         Ok(())
     }

@@ -4,9 +4,9 @@
 //! Every struct denies unknown fields, so a misspelt key is an error at start, not a
 //! setting silently ignored. Errors name the key.
 //!
-//! One file per part of the node a section configures: [`node`] (`[node]` and the path checks
-//! its directories need), [`api`], [`audit`] (`[audit]`, `[settlement]`), [`lifecycle`] and
-//! [`remote`] (`[routes]`, `[sources]`: the stores kept outside the node); [`load`] layers and
+//! One file per part of the node a section configures: `node.rs` (`[node]` and the path checks
+//! its directories need), `api.rs`, `audit.rs` (`[audit]`, `[settlement]`), `lifecycle.rs` and
+//! `remote.rs` (`[routes]`, `[sources]`: the stores kept outside the node); `load.rs` layers and
 //! validates them. Every type is re-exported here, so callers name `crate::config::X`.
 
 mod api;

@@ -1,10 +1,10 @@
 //! The publisher: one lane per sink, delivering flagged rows in seq order, at least once.
 //!
-//! The store is the source of truth: each lane ([`lane`]) reads the outbox after its sink's
-//! position ([`reader`]), hands the events to the sink, and moves the position only over the
-//! highest *contiguous* seq the sink confirmed or refused for good ([`attempt`]; a refusal
+//! The store is the source of truth: each lane (`lane.rs`) reads the outbox after its sink's
+//! position (`reader.rs`), hands the events to the sink, and moves the position only over the
+//! highest *contiguous* seq the sink confirmed or refused for good (`attempt.rs`; a refusal
 //! writes a dead letter in the same batch as the move). Positions are persisted through the
-//! writer (`m:lifecycle_cursor:<sink>`) by a task of the lane's own ([`persister`]), so
+//! writer (`m:lifecycle_cursor:<sink>`) by a task of the lane's own (`persister.rs`), so
 //! delivery never waits on an fsync; `m:lifecycle_cursor` is their minimum, so one broken sink
 //! never stalls the others, and a crash between a confirmation and its persistence only
 //! redelivers (with the same id). Commits wake the lanes through the trail's committed-seq
