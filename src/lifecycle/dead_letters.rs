@@ -123,18 +123,7 @@ pub async fn redrive(
         }
         for letter in letters {
             after = letter.seq;
-            let event: Event =
-                serde_json::from_value(letter.event.clone()).map_err(|e| StoreError::Corrupt {
-                    what: format!("dead letter {sink}/{}", letter.seq),
-                    detail: e.to_string(),
-                })?;
-            let outcome = target
-                .send(&[Delivery {
-                    seq: letter.seq,
-                    event,
-                }])
-                .await;
-            if outcome.first() != Some(&Outcome::Delivered) {
+            if !resend(sink, &letter, target).await? {
                 report.remaining = remaining(trail, sink).await?;
                 return Ok(report);
             }
@@ -153,6 +142,23 @@ pub async fn redrive(
             }
         }
     }
+}
+
+/// Send `letter` of `sink` again through `target`, with its original id: whether it was
+/// delivered.
+async fn resend(sink: &str, letter: &DeadLetter, target: &dyn Sink) -> Result<bool, StoreError> {
+    let event: Event =
+        serde_json::from_value(letter.event.clone()).map_err(|e| StoreError::Corrupt {
+            what: format!("dead letter {sink}/{}", letter.seq),
+            detail: e.to_string(),
+        })?;
+    let outcome = target
+        .send(&[Delivery {
+            seq: letter.seq,
+            event,
+        }])
+        .await;
+    Ok(outcome.first() == Some(&Outcome::Delivered))
 }
 
 /// How many dead letters `sink` still has, read off the runtime.
