@@ -1,17 +1,18 @@
 //! Dead letters: events a sink refused for good, kept per sink in seq order so an operator
 //! can look at them, send them again (same ids), or drop them.
 //!
-//! The publisher writes a dead letter in the same batch that moves its sink past the event
-//! (through the writer); this module reads them and removes them, each removal with its
-//! audit row in one batch (it changes the node's operational state). They live in their own
-//! column family, never in the trail.
+//! The publisher writes a dead letter ([`encode`]) in the same batch that moves its sink past
+//! the event (through the writer); this module reads them and removes them, each removal with
+//! its audit row in one batch (it changes the node's operational state). They live in their
+//! own column family, never in the trail. Their layout is known here only.
 
 use ankusa_sinks::{Delivery, Event, Outcome, Sink};
+use cloudevents::AttributesReader;
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::audit::{Change, CommitError, Context, Trail};
-use crate::store::{keys, Cf, Store, StoreError};
+use crate::store::{keys, Cf, Entry, Store, StoreError};
 
 /// One dead letter.
 #[derive(Debug, Clone, Serialize)]
@@ -38,6 +39,24 @@ pub struct Redriven {
     /// is kept, and sent again (same id) by the next redrive.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stopped: Option<&'static str>,
+}
+
+/// The dead letter of `d`, which `sink` refused for good: the event (structured mode) and why
+/// it was refused, keyed by sink and seq; `at` is its row's commit time.
+pub fn encode(sink: &str, d: &Delivery, reason: &str, at: u64) -> Entry {
+    let event = ankusa_sinks::structured_value(&d.event)
+        .unwrap_or_else(|e| json!({"id": d.event.id(), "unencodable": e.to_string()}));
+    let value = json!({
+        "sink": sink,
+        "seq": d.seq,
+        "reason": reason,
+        "at": at,
+        "event": event,
+    });
+    (
+        keys::dead_letter_key(sink, d.seq),
+        serde_json::to_vec(&value).expect("a dead letter always serializes"),
+    )
 }
 
 /// Up to `limit` dead letters of `sink` with seq greater than `after`, in seq order.
@@ -104,18 +123,7 @@ pub async fn redrive(
         }
         for letter in letters {
             after = letter.seq;
-            let event: Event =
-                serde_json::from_value(letter.event.clone()).map_err(|e| StoreError::Corrupt {
-                    what: format!("dead letter {sink}/{}", letter.seq),
-                    detail: e.to_string(),
-                })?;
-            let outcome = target
-                .send(&[Delivery {
-                    seq: letter.seq,
-                    event,
-                }])
-                .await;
-            if outcome.first() != Some(&Outcome::Delivered) {
+            if !resend(sink, &letter, target).await? {
                 report.remaining = remaining(trail, sink).await?;
                 return Ok(report);
             }
@@ -134,6 +142,23 @@ pub async fn redrive(
             }
         }
     }
+}
+
+/// Send `letter` of `sink` again through `target`, with its original id: whether it was
+/// delivered.
+async fn resend(sink: &str, letter: &DeadLetter, target: &dyn Sink) -> Result<bool, StoreError> {
+    let event: Event =
+        serde_json::from_value(letter.event.clone()).map_err(|e| StoreError::Corrupt {
+            what: format!("dead letter {sink}/{}", letter.seq),
+            detail: e.to_string(),
+        })?;
+    let outcome = target
+        .send(&[Delivery {
+            seq: letter.seq,
+            event,
+        }])
+        .await;
+    Ok(outcome.first() == Some(&Outcome::Delivered))
 }
 
 /// How many dead letters `sink` still has, read off the runtime.

@@ -43,7 +43,7 @@ pub enum LifecycleError {
 /// is set their positions hold rows back from retention and the ceilings, so the events
 /// already in the outbox must still reach them, and their positions must still pass over the
 /// rows that publish nothing, or the backlog would refuse every change. A failing
-/// healthcheck is logged, not fatal: the sink's loop retries until the destination comes up,
+/// healthcheck is logged, not fatal: the sink's lane retries until the destination comes up,
 /// and the outbox keeps every event meanwhile.
 pub async fn start(
     config: &LifecycleConfig,
@@ -60,24 +60,7 @@ pub async fn start(
         let Some(sink_config) = config.sink.get(&name) else {
             continue; // config validation guarantees a definition
         };
-        let (sink, retry) = sink_config
-            .build()
-            .await
-            .map_err(|source| LifecycleError::Sink {
-                name: name.clone(),
-                source,
-            })?;
-        match sink.healthcheck().await {
-            Ok(()) => tracing::info!(sink = %name, kind = sink.kind(), "lifecycle sink healthy"),
-            Err(e) => {
-                tracing::warn!(sink = %name, kind = sink.kind(), error = %e, "lifecycle sink healthcheck failed; delivering with retries")
-            }
-        }
-        specs.push(SinkSpec {
-            name,
-            sink: Arc::from(sink),
-            retry,
-        });
+        specs.push(build_sink(name, sink_config).await?);
     }
     let options = PublisherOptions {
         source: source.to_owned(),
@@ -88,4 +71,29 @@ pub async fn start(
     Ok(Some(
         Publisher::start(trail.clone(), specs, options, shutdown).await?,
     ))
+}
+
+/// Build sink `name` from its definition and run its healthcheck (logged either way).
+async fn build_sink(
+    name: String,
+    config: &ankusa_sinks::SinkConfig,
+) -> Result<SinkSpec, LifecycleError> {
+    let (sink, retry) = config
+        .build()
+        .await
+        .map_err(|source| LifecycleError::Sink {
+            name: name.clone(),
+            source,
+        })?;
+    match sink.healthcheck().await {
+        Ok(()) => tracing::info!(sink = %name, kind = sink.kind(), "lifecycle sink healthy"),
+        Err(e) => {
+            tracing::warn!(sink = %name, kind = sink.kind(), error = %e, "lifecycle sink healthcheck failed; delivering with retries")
+        }
+    }
+    Ok(SinkSpec {
+        name,
+        sink: Arc::from(sink),
+        retry,
+    })
 }

@@ -1,8 +1,13 @@
-//! What the publisher tells operators about each sink (`GET /admin/v1/lifecycle`).
+//! What the publisher tells operators about each sink (`GET /admin/v1/lifecycle`), and the
+//! two reports that go to its status and its metrics at once (an error, a durable position),
+//! so the two never disagree.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde::Serialize;
+
+use crate::telemetry;
 
 /// A sink's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -41,7 +46,7 @@ pub struct SinkStatus {
     pub oldest_unconfirmed_at: Option<u64>,
 }
 
-/// A sink's status, shared between its loop (writer) and the API (reader).
+/// A sink's status, shared between its lane, which updates it, and the API, which shows it.
 pub type SharedStatus = Arc<Mutex<SinkStatus>>;
 
 /// The status of a sink starting at `position`: running, nothing counted yet.
@@ -73,4 +78,22 @@ pub fn update(status: &SharedStatus, f: impl FnOnce(&mut SinkStatus)) {
         Ok(mut s) => f(&mut s),
         Err(poisoned) => f(&mut poisoned.into_inner()),
     }
+}
+
+/// Publish a sink's persisted position and its lag (age of the oldest unconfirmed event).
+pub fn report_position(sink: &str, status: &SharedStatus) {
+    let snapshot = snapshot(status);
+    let now = chrono::Utc::now().timestamp_millis().max(0) as u64;
+    let lag = snapshot
+        .oldest_unconfirmed_at
+        .map_or(0, |at| now.saturating_sub(at));
+    telemetry::lifecycle::position_reported(sink, snapshot.position, Duration::from_millis(lag));
+}
+
+/// A publisher error of sink `sink` (not a delivery outcome): logged, counted, and shown as
+/// the sink's last error.
+pub fn note_error(sink: &str, status: &SharedStatus, error: &str) {
+    tracing::error!(sink, error, "lifecycle publisher error");
+    telemetry::lifecycle::sink_failed(sink, "publisher", false);
+    update(status, |s| s.last_error = Some(error.to_owned()));
 }

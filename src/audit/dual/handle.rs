@@ -7,9 +7,9 @@
 use tokio::sync::mpsc;
 
 use super::requests::Settled;
-use crate::telemetry;
 #[cfg(doc)]
 use crate::audit::Trail;
+use crate::telemetry;
 
 /// How a dual write went, as its caller knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -36,10 +36,10 @@ use handle::{Finish, Pending, Recorded};
 use requests::{Begin, FinishReq, Refusal, SettleReq, Settled};
 use settle::{Presence, Reconcilers, SettleOptions};
 
-use crate::telemetry;
 use crate::audit::writer::Request;
 use crate::audit::{Change, CommitError, Context, Trail};
 use crate::store::{keys, Cf, Store, StoreError};
+use crate::telemetry;
 
 /// What the trail keeps for dual writes.
 #[derive(Debug)]

@@ -9,10 +9,10 @@ use tokio::sync::{mpsc, oneshot};
 use super::handle::{Finish, Pending};
 use super::settle::Presence;
 use crate::audit::context::Context;
-use crate::telemetry;
 use crate::audit::row::{Change, Row, RowResult};
 use crate::audit::writer::sync::row_as_written;
 use crate::store::StoreError;
+use crate::telemetry;
 
 /// Why a begin was refused. Nothing of it was written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

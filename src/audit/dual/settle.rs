@@ -25,9 +25,9 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::pending_row;
-use crate::telemetry;
 use crate::audit::Trail;
 use crate::store::{keys, Cf, StoreError};
+use crate::telemetry;
 
 /// A subject's present state, as its reconciler read it.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,0 +1,157 @@
+//! `[api]`: the admin server's address and body limit, the proxies it believes, and its
+//! bearer tokens (known by digest only) with their scopes.
+
+use std::collections::HashSet;
+use std::net::{IpAddr, SocketAddr};
+use std::str::FromStr;
+
+use ipnet::IpNet;
+use serde::Deserialize;
+
+use super::{invalid, ConfigError};
+
+/// `[api]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiConfig {
+    /// The admin server's address.
+    pub listen: SocketAddr,
+    /// The largest request body the admin API reads, in bytes; larger ones get 413.
+    pub body_limit: usize,
+    /// Peers whose `X-Forwarded-For` is believed (IPs or CIDRs). Anyone else's is ignored.
+    pub trusted_proxies: Vec<TrustedProxy>,
+    /// Bearer tokens. Empty: the node makes one admin token on first start (see
+    /// `api::auth`).
+    pub tokens: Vec<TokenConfig>,
+}
+
+/// One `[[api.tokens]]` entry: a bearer token known only by its SHA-256 digest.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    /// The token's name: the `actor` of every row its requests write.
+    pub name: String,
+    /// Hex SHA-256 digest of the token (`ankusa token hash`).
+    pub sha256: String,
+    /// What the token may do.
+    pub scopes: Vec<Scope>,
+}
+
+/// What a token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+pub enum Scope {
+    /// Read local subjects.
+    #[serde(rename = "admin:read")]
+    AdminRead,
+    /// Create, change and delete local subjects.
+    #[serde(rename = "admin:write")]
+    AdminWrite,
+    /// Read the audit trail.
+    #[serde(rename = "audit:read")]
+    AuditRead,
+}
+
+impl Scope {
+    /// Every scope (the first-start admin token has them all).
+    pub const ALL: [Scope; 3] = [Scope::AdminRead, Scope::AdminWrite, Scope::AuditRead];
+
+    /// The scope's name, as configured.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::AdminRead => "admin:read",
+            Scope::AdminWrite => "admin:write",
+            Scope::AuditRead => "audit:read",
+        }
+    }
+}
+
+/// An address or network whose `X-Forwarded-For` header the admin API believes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub struct TrustedProxy(pub IpNet);
+
+impl TrustedProxy {
+    /// Whether `ip` is this proxy (or inside its network).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        self.0.contains(&ip)
+    }
+}
+
+impl TryFrom<String> for TrustedProxy {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        if let Ok(net) = IpNet::from_str(&s) {
+            return Ok(TrustedProxy(net));
+        }
+        IpAddr::from_str(&s)
+            .map(|ip| TrustedProxy(IpNet::from(ip)))
+            .map_err(|_| format!("`{s}` is neither an IP address nor a CIDR network"))
+    }
+}
+
+/// Bounds of `api.body_limit`: below 1 KiB no real request fits; above 64 MiB one request
+/// could hold a worker's memory hostage.
+const BODY_LIMIT_RANGE: std::ops::RangeInclusive<usize> = 1024..=(64 << 20);
+
+impl ApiConfig {
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        if !BODY_LIMIT_RANGE.contains(&self.body_limit) {
+            return invalid("api.body_limit", "must be between 1024 and 67108864 bytes");
+        }
+        let mut names = HashSet::new();
+        for (i, token) in self.tokens.iter().enumerate() {
+            token.validate(i, &mut names)?;
+        }
+        Ok(())
+    }
+}
+
+impl TokenConfig {
+    /// Check token number `i`; `names` are those of the tokens before it.
+    fn validate<'a>(&'a self, i: usize, names: &mut HashSet<&'a str>) -> Result<(), ConfigError> {
+        if !valid_token_name(&self.name) {
+            return invalid(
+                "api.tokens.name",
+                &format!("token #{i}: must be 1 to 64 characters of A-Z a-z 0-9 . _ - : @"),
+            );
+        }
+        if self.name == crate::audit::SYSTEM_ACTOR {
+            return invalid(
+                "api.tokens.name",
+                &format!("token #{i}: `system` is the node's own actor name"),
+            );
+        }
+        if !names.insert(self.name.as_str()) {
+            return invalid(
+                "api.tokens.name",
+                &format!("token #{i}: `{}` is used by another token", self.name),
+            );
+        }
+        if self.sha256.len() != 64 || hex::decode(&self.sha256).is_err() {
+            return invalid(
+                "api.tokens.sha256",
+                &format!(
+                    "token `{}`: must be the 64 hex digits of a SHA-256 digest \
+                     (`ankusa token hash`)",
+                    self.name
+                ),
+            );
+        }
+        if self.scopes.is_empty() {
+            return invalid(
+                "api.tokens.scopes",
+                &format!("token `{}`: must name at least one scope", self.name),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// A token name becomes a row's `actor`: keep it short, printable and unambiguous.
+fn valid_token_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".-_:@".contains(&b))
+}

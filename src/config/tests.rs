@@ -1,0 +1,257 @@
+//! Loading the layers: defaults, files, the environment, and errors that name the key.
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::*;
+
+fn load_str(toml: &str) -> Result<Config, ConfigError> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, toml).unwrap();
+    Config::load_from(Some(&path), "ANKUSA_TEST_NONE_")
+}
+
+#[test]
+fn embedded_default_loads() {
+    let c = Config::load_from(None, "ANKUSA_TEST_NONE_").unwrap();
+    assert_eq!(c.api.listen, "127.0.0.1:8080".parse().unwrap());
+    assert!(c.lifecycle.enabled);
+    assert_eq!(c.log.format, LogFormat::Text);
+}
+
+#[test]
+fn file_overrides_defaults() {
+    let c = load_str("[api]\nlisten = \"127.0.0.1:9000\"\n").unwrap();
+    assert_eq!(c.api.listen.port(), 9000);
+    assert_eq!(c.node.uri, "urn:ankusa:node:local");
+}
+
+#[test]
+fn unknown_key_is_refused_by_name() {
+    let err = load_str("[api]\nlisen = \"127.0.0.1:9000\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("lisen"), "{err}");
+    let err = load_str("[apii]\nlisten = \"127.0.0.1:9000\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("apii"), "{err}");
+}
+
+#[test]
+fn bad_value_is_refused_by_name() {
+    let err = load_str("[api]\nlisten = \"nowhere\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("api.listen") || err.contains("listen"),
+        "{err}"
+    );
+    let err = load_str("[lifecycle]\nenabled = \"yes\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("enabled"), "{err}");
+    let err = load_str("[node]\nuri = \"has space\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("node.uri"), "{err}");
+    let err = load_str("[log]\nformat = \"xml\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("format"), "{err}");
+}
+
+#[test]
+fn backups_inside_the_store_are_refused_however_the_path_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let root = dir.path().display();
+    for backups in [
+        format!("{root}/data/backups"),
+        format!("{root}/./data/backups"),
+        format!("{root}/other/../data/backups"),
+        format!("{root}/data"),
+    ] {
+        let toml = format!(
+            "[node]\ndata_dir = \"{}\"\nbackup_dir = \"{backups}\"\n",
+            data.display()
+        );
+        let err = load_str(&toml).unwrap_err().to_string();
+        assert!(err.contains("node.backup_dir"), "{backups}: {err}");
+    }
+    let toml = format!(
+        "[node]\ndata_dir = \"{}\"\nbackup_dir = \"{root}/data-backups\"\n",
+        data.display()
+    );
+    load_str(&toml).unwrap();
+    assert!(within(Path::new("./data/b"), Path::new("data")));
+    assert!(!within(Path::new("data-b"), Path::new("data")));
+}
+
+#[test]
+fn parse_errors_name_the_file_and_the_key_as_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, "[audit]\nmax_rows = \"lots\"\n").unwrap();
+    let err = Config::load_from(Some(&path), "ANKUSA_TEST_NONE_")
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        format!(
+            "configuration: {}: audit.max_rows: invalid type: found string \"lots\", \
+             expected u64",
+            path.display()
+        )
+    );
+    let missing = dir.path().join("missing.toml");
+    let err = Config::load_from(Some(&missing), "ANKUSA_TEST_NONE_")
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        format!(
+            "configuration: {}: No such file or directory (os error 2)",
+            missing.display()
+        )
+    );
+}
+
+const DIGEST: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+
+#[test]
+fn api_defaults_and_tokens_load() {
+    let c = Config::load_from(None, "ANKUSA_TEST_NONE_").unwrap();
+    assert_eq!(c.api.body_limit, 1 << 20);
+    assert!(c.api.trusted_proxies.is_empty());
+    assert!(c.api.tokens.is_empty());
+    let c = load_str(&format!(
+        "[api]\nbody_limit = 4096\ntrusted_proxies = [\"10.0.0.0/8\", \"::1\"]\n\
+         [[api.tokens]]\nname = \"ops\"\nsha256 = \"{DIGEST}\"\n\
+         scopes = [\"admin:read\", \"audit:read\"]\n"
+    ))
+    .unwrap();
+    assert_eq!(c.api.body_limit, 4096);
+    assert!(c.api.trusted_proxies[0].contains("10.1.2.3".parse().unwrap()));
+    assert!(!c.api.trusted_proxies[0].contains("11.1.2.3".parse().unwrap()));
+    assert!(c.api.trusted_proxies[1].contains("::1".parse().unwrap()));
+    assert_eq!(
+        c.api.tokens[0].scopes,
+        vec![Scope::AdminRead, Scope::AuditRead]
+    );
+}
+
+#[test]
+fn bad_api_keys_are_refused_by_name() {
+    let cases = [
+        ("[api]\nbody_limt = 10\n", "body_limt"),
+        ("[api]\nbody_limit = 10\n", "api.body_limit"),
+        ("[api]\nbody_limit = \"big\"\n", "body_limit"),
+        ("[api]\ntrusted_proxies = [\"10.0.0.0/33\"]\n", "trusted_proxies"),
+        ("[api]\ntrusted_proxies = [\"proxy.local\"]\n", "trusted_proxies"),
+        (
+            "[[api.tokens]]\nname = \"a\"\nsha256 = \"00\"\nscopes = [\"admin:read\"]\n",
+            "api.tokens.sha256",
+        ),
+        (
+            &format!("[[api.tokens]]\nname = \"a\"\nsha256 = \"{DIGEST}\"\nscopes = [\"root\"]\n"),
+            "scopes",
+        ),
+        (
+            &format!("[[api.tokens]]\nname = \"a\"\nsha256 = \"{DIGEST}\"\nscopes = []\n"),
+            "api.tokens.scopes",
+        ),
+        (
+            &format!("[[api.tokens]]\nname = \"a b\"\nsha256 = \"{DIGEST}\"\nscopes = [\"admin:read\"]\n"),
+            "api.tokens.name",
+        ),
+        (
+            &format!("[[api.tokens]]\nname = \"system\"\nsha256 = \"{DIGEST}\"\nscopes = [\"admin:read\"]\n"),
+            "api.tokens.name",
+        ),
+        (
+            &format!("[[api.tokens]]\nname = \"a\"\nsha256 = \"{DIGEST}\"\nscopes = [\"admin:read\"]\ntoken = \"x\"\n"),
+            "token",
+        ),
+        (
+            &format!("[[api.tokens]]\nname = \"a\"\nsha256 = \"{DIGEST}\"\nscopes = [\"admin:read\"]\n\
+                      [[api.tokens]]\nname = \"a\"\nsha256 = \"{DIGEST}\"\nscopes = [\"admin:read\"]\n"),
+            "api.tokens.name",
+        ),
+    ];
+    for (toml, key) in cases {
+        let err = load_str(toml).unwrap_err().to_string();
+        assert!(err.contains(key), "{toml}: {err}");
+    }
+}
+
+#[test]
+fn audit_defaults_load_and_bad_values_are_refused_by_name() {
+    let c = Config::load_from(None, "ANKUSA_TEST_NONE_").unwrap();
+    let limits = c.audit.limits();
+    assert_eq!(
+        limits,
+        crate::audit::Limits::default(),
+        "default.toml and Limits agree"
+    );
+    assert_eq!(c.audit.retention_days, 365);
+    assert_eq!(c.audit.sweep_interval, Duration::from_secs(3600));
+    let c = load_str("[audit]\nretention_days = 30\nsweep_interval = \"15m\"\n").unwrap();
+    assert_eq!(c.audit.limits().retention, Duration::from_secs(30 * 86_400));
+    assert_eq!(c.audit.sweep_interval, Duration::from_secs(900));
+    let cases = [
+        ("[audit]\nretention_days = 0\n", "audit.retention_days"),
+        ("[audit]\nsweep_interval = \"0s\"\n", "audit.sweep_interval"),
+        ("[audit]\nsweep_interval = \"soon\"\n", "sweep_interval"),
+        ("[audit]\nsweep_batch = 0\n", "audit.sweep_batch"),
+        ("[audit]\nmax_rows = 10\n", "audit.max_rows"),
+        ("[audit]\nmax_bytes = 1024\n", "audit.max_bytes"),
+        (
+            "[audit]\noutbox_max_backlog = 0\n",
+            "audit.outbox_max_backlog",
+        ),
+        (
+            "[audit]\nmax_rows = 20000\noutbox_max_backlog = 30000\n",
+            "audit.outbox_max_backlog",
+        ),
+        ("[audit]\nretention = 3\n", "retention"),
+    ];
+    for (toml, key) in cases {
+        let err = load_str(toml).unwrap_err().to_string();
+        assert!(err.contains(key), "{toml}: {err}");
+    }
+}
+
+#[test]
+#[allow(clippy::result_large_err)] // figment's Jail fixes the closure's error type
+fn environment_overrides_file() {
+    figment::Jail::expect_with(|jail| {
+        jail.create_file("c.toml", "[api]\nlisten = \"127.0.0.1:9000\"\n")?;
+        jail.set_env("ANKUSA_API__LISTEN", "127.0.0.1:9100");
+        jail.set_env("ANKUSA_CONFIG", "c.toml");
+        let c = Config::load(Some(Path::new("c.toml"))).map_err(|e| e.to_string())?;
+        assert_eq!(c.api.listen.port(), 9100);
+        jail.set_env("ANKUSA_API__BOGUS", "1");
+        let err = Config::load(Some(Path::new("c.toml")))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("configuration: ANKUSA_API__BOGUS: "),
+            "{err}"
+        );
+        assert!(err.contains("unknown field: found `bogus`"), "{err}");
+        jail.clear_env();
+        jail.set_env("ANKUSA_AUDIT__MAX_ROWS", "lots");
+        let err = Config::load(Some(Path::new("c.toml")))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "configuration: ANKUSA_AUDIT__MAX_ROWS: invalid type: found string \"lots\", \
+             expected u64"
+        );
+        Ok(())
+    });
+}

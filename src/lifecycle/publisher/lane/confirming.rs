@@ -1,0 +1,139 @@
+//! The lane's confirming states: the oldest attempt's outcomes move the position, and a
+//! failure leads the lane to back off (retry) or to wait for an operator (disabled). Either
+//! way what is still under way is abandoned: its outcomes are ignored and it is sent again.
+
+use std::time::Duration;
+
+use super::{pause, Lane, State};
+use crate::audit::{CommitError, Context, Trail};
+use crate::lifecycle::publisher::attempt::{self, Failure};
+use crate::lifecycle::publisher::sink_change;
+use crate::lifecycle::status::{self, SinkState};
+use crate::telemetry;
+
+impl Lane {
+    /// Await the oldest attempt's outcomes and move the position over what they confirm.
+    pub(super) async fn confirm_oldest(&mut self) -> State {
+        let Some(oldest) = self.window.pop_front() else {
+            return State::Resuming;
+        };
+        let outcomes = oldest.outcomes.await;
+        telemetry::lifecycle::delivery_attempted(&self.spec.name, oldest.started.elapsed());
+        let tally = attempt::tally(&self.spec.name, self.position, &oldest.page, &outcomes);
+        let dead_lettered = tally.dead.len() as u64;
+        status::update(&self.status, |s| {
+            s.delivered += tally.delivered;
+            s.dead_lettered += dead_lettered;
+        });
+        telemetry::lifecycle::batch_handled(&self.spec.name, tally.delivered, dead_lettered);
+        // Freeing a page's events is a thousand small frees: not on the lane's task.
+        drop(tokio::task::spawn_blocking(move || drop(oldest.page)));
+        if tally.to > self.position {
+            // A crash here: the sink has these events, the store does not know it yet.
+            fail::fail_point!("lifecycle::before_persist");
+            self.position = tally.to;
+            self.persister.write(tally.to, tally.dead);
+        }
+        match tally.failure {
+            None => self.confirmed(),
+            Some(Failure::Retry(after, reason)) => self.retry(after, &reason).await,
+            Some(Failure::Disabled(reason)) => self.disable(&reason).await,
+        }
+    }
+
+    /// The oldest attempt went through: the sink runs; with nothing left under way, a read
+    /// starts after the position unless one is under way already.
+    fn confirmed(&mut self) -> State {
+        self.failures = 0;
+        status::update(&self.status, |s| {
+            s.state = SinkState::Running;
+            if let Some(next) = self.window.front() {
+                s.oldest_unconfirmed_at = next.page.ats.first().copied();
+            }
+        });
+        if self.window.is_empty() && self.reader.is_none() {
+            return State::Resuming;
+        }
+        self.next_state()
+    }
+
+    /// An attempt must be retried: give up what is under way and back off.
+    async fn retry(&mut self, after: Option<Duration>, reason: &str) -> State {
+        self.abandon().await;
+        let delay = self.spec.retry.delay(self.failures, after);
+        self.failures = self.failures.saturating_add(1);
+        telemetry::lifecycle::sink_failed(&self.spec.name, reason, true);
+        status::update(&self.status, |s| {
+            s.state = SinkState::Retrying;
+            s.retries += 1;
+            s.last_error = Some(reason.to_owned());
+        });
+        tracing::warn!(sink = %self.spec.name, reason = %reason, delay_ms = delay.as_millis() as u64, "lifecycle delivery failed; will retry");
+        State::Retrying(delay)
+    }
+
+    /// Pause before starting again from the position.
+    pub(super) async fn back_off(&mut self, delay: Duration) -> State {
+        pause(&self.shutdown, delay).await;
+        State::Resuming
+    }
+
+    /// The destination disabled the sink: give up what is under way and say so in the trail.
+    async fn disable(&mut self, reason: &str) -> State {
+        self.abandon().await;
+        telemetry::lifecycle::sink_failed(&self.spec.name, "disabled", false);
+        tracing::error!(sink = %self.spec.name, reason = %reason, "lifecycle sink disabled by its destination; keeping its position until an operator enables it");
+        // Recorded before the status shows it: an enable, sent only while the status shows
+        // the sink disabled, comes after it in the trail.
+        commit_disable_row(&self.trail, &self.spec.name, self.position, reason).await;
+        status::update(&self.status, |s| {
+            s.state = SinkState::Disabled;
+            s.last_error = Some(reason.to_owned());
+        });
+        State::Disabled
+    }
+
+    /// Wait at the position for an operator's enable; then start again from it.
+    pub(super) async fn await_enable(&mut self) -> State {
+        tokio::select! {
+            enabled = self.enables.changed() => {
+                if enabled.is_err() {
+                    return State::Stopped;
+                }
+            }
+            _ = self.shutdown.cancelled() => return State::Stopped,
+        }
+        tracing::info!(sink = %self.spec.name, position = self.position, "lifecycle sink enabled again; resuming from its position");
+        self.failures = 0;
+        status::update(&self.status, |s| s.state = SinkState::Running);
+        State::Resuming
+    }
+
+    /// Give up on what is under way after a failure: wait for every attempt's outcomes (they
+    /// are not counted: the position stays before them, so what they delivered comes again,
+    /// with the same ids) and drop the read under way.
+    pub(super) async fn abandon(&mut self) {
+        for attempt in self.window.drain(..) {
+            drop(attempt.outcomes.await);
+        }
+        self.reader = None;
+    }
+}
+
+/// The node's own change of sink `sink`'s state, in the trail: a `sink.disable` row (the
+/// system's), resource `sinks/<name>`, saying why and at which position. Not written (the
+/// store refuses it) is logged; the sink is disabled all the same.
+async fn commit_disable_row(trail: &Trail, sink: &str, position: u64, reason: &str) {
+    let (name, reason) = (sink.to_owned(), reason.to_owned());
+    let committed = trail
+        .commit(Context::system(), move |_| {
+            let change = sink_change("sink.disable", &name)
+                .detail("reason", reason.clone())
+                .detail("position", position);
+            Ok::<_, CommitError<std::convert::Infallible>>((change, ()))
+        })
+        .await;
+    if let Err(e) = committed {
+        tracing::error!(sink = %sink, error = ?e, "the sink.disable row could not be written");
+    }
+}
