@@ -12,8 +12,7 @@ use axum::routing::{self, MethodRouter};
 use axum::Router;
 
 use super::{
-    audit, backups, lifecycle, overrides, quarantine, replay, sources, subject, routes,
-    AppState,
+    audit, backups, lifecycle, overrides, quarantine, replay, routes, sources, subject, AppState,
 };
 use crate::subjects::overrides::Override;
 use crate::subjects::quarantine::Quarantine;
@@ -84,14 +83,8 @@ pub fn admin() -> (Router<AppState>, Vec<(Method, &'static str)>) {
     .get("/admin/v1/tenants/{tenant}/routes", routes::list)
     .post("/admin/v1/tenants/{tenant}/routes", routes::create)
     .get("/admin/v1/tenants/{tenant}/routes/{id}", routes::get)
-    .patch(
-        "/admin/v1/tenants/{tenant}/routes/{id}",
-        routes::update,
-    )
-    .delete(
-        "/admin/v1/tenants/{tenant}/routes/{id}",
-        routes::delete,
-    )
+    .patch("/admin/v1/tenants/{tenant}/routes/{id}", routes::update)
+    .delete("/admin/v1/tenants/{tenant}/routes/{id}", routes::delete)
     .get(
         "/admin/v1/tenants/{tenant}/overrides",
         subject::list::<Override>,

@@ -19,7 +19,7 @@ use super::AppState;
 use crate::subjects::read::{self, MAX_PAGE};
 use crate::subjects::redact::Redacted;
 use crate::subjects::remote::{resource, Remote, RemoteSubject};
-use crate::subjects::{SubjectChange, Subject};
+use crate::subjects::{Subject, SubjectChange};
 
 /// The header that gives the seq of the row a write committed.
 pub static X_AUDIT_SEQ: HeaderName = HeaderName::from_static("x-audit-seq");

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use super::key::{check_name, subject_key};
 use super::redact::{redact, Redacted};
-use super::{check_if_match, ChangeResult, IfMatch, Kind, SubjectChange, Subject, SubjectError};
+use super::{check_if_match, ChangeResult, IfMatch, Kind, Subject, SubjectChange, SubjectError};
 use crate::audit::{Change, CommitError, Context, Trail, Tx};
 use crate::store::StoreError;
 
@@ -129,7 +129,9 @@ pub(crate) fn apply<S: Subject>(
 /// a seq.
 pub(crate) async fn commit_change<F>(trail: &Trail, ctx: Context, change: F) -> ChangeResult
 where
-    F: FnOnce(&mut Tx<'_>) -> Result<(Change, SubjectChange), CommitError<SubjectError>> + Send + 'static,
+    F: FnOnce(&mut Tx<'_>) -> Result<(Change, SubjectChange), CommitError<SubjectError>>
+        + Send
+        + 'static,
 {
     match trail.commit(ctx, change).await {
         Ok(committed) => Ok(SubjectChange {
