@@ -11,7 +11,11 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 /// The JSON `path` answers, once `check` holds of it.
-async fn read_until(node: &TestNode, path: &str, check: impl Fn(&Value) -> bool) -> Value {
+pub(crate) async fn read_until(
+    node: &TestNode,
+    path: &str,
+    check: impl Fn(&Value) -> bool,
+) -> Value {
     let read = async || {
         let value = node.call(Method::GET, path, ADMIN, None).await.json();
         check(&value).then_some(value)
@@ -21,7 +25,7 @@ async fn read_until(node: &TestNode, path: &str, check: impl Fn(&Value) -> bool)
 }
 
 /// Lists `sinks` and defines sink `hook`: a webhook to `url` that retries quickly.
-fn hook_sink(v: &mut Value, sinks: Value, url: &str) {
+pub(crate) fn hook_sink(v: &mut Value, sinks: Value, url: &str) {
     v["lifecycle"]["sinks"] = sinks;
     v["lifecycle"]["sink"]["hook"] = json!({
         "kind": "webhook", "url": url,
@@ -31,7 +35,7 @@ fn hook_sink(v: &mut Value, sinks: Value, url: &str) {
 }
 
 /// Creates source `id` of tenant t1 (a lifecycle event) and returns the reply.
-async fn create_source(node: &TestNode, id: &str) -> Reply {
+pub(crate) async fn create_source(node: &TestNode, id: &str) -> Reply {
     let source = json!({"id": id, "kind": "webhook", "secret": "sekrit", "config": {}});
     let r = node
         .call(
@@ -283,58 +287,6 @@ async fn a_disabled_sink_is_enabled_again_by_an_operator() {
     assert_error(&r, 409, "conflict");
     assert_eq!(node.rows().await.len(), 3);
     node.stop().await;
-}
-
-/// An operator's enable whose client goes away while its row is being written still enables
-/// the sink: the row never stands without the enable.
-#[cfg(feature = "failpoints")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_enable_whose_client_went_away_still_enables_the_sink() {
-    let scenario = fail::FailScenario::setup();
-    let receiver = Receiver::answering(410).await;
-    let url = receiver.url();
-    let node = TestNode::start_with(|v| hook_sink(v, json!(["hook"]), &url)).await;
-    create_source(&node, "s1").await;
-    read_until(&node, "/admin/v1/lifecycle", |s| {
-        s["sinks"][0]["state"] == "disabled"
-    })
-    .await;
-    receiver.answer(200);
-    // The next group is held in the syncer until the client has given up.
-    fail::cfg("audit::inline", "return").unwrap();
-    let held = crate::support::held::HeldAt::new("audit::sync_delay");
-    let gone = node
-        .req(
-            Method::POST,
-            "/admin/v1/lifecycle/sinks/hook/enable",
-            Some(WRITER),
-        )
-        .timeout(Duration::from_millis(300))
-        .send()
-        .await;
-    assert!(gone.unwrap_err().is_timeout());
-    held.release();
-    let s = read_until(&node, "/admin/v1/lifecycle", |s| {
-        s["sinks"][0]["position"] == 3
-    })
-    .await;
-    assert_eq!(s["sinks"][0]["state"], "running");
-    let actions: Vec<Value> = node
-        .rows()
-        .await
-        .iter()
-        .map(|r| r["action"].clone())
-        .collect();
-    assert_eq!(
-        actions,
-        [
-            json!("source.create"),
-            json!("sink.disable"),
-            json!("sink.enable")
-        ]
-    );
-    node.stop().await;
-    scenario.teardown();
 }
 
 /// Lifecycle events turned off with a sink still listed: no new change is flagged, but the

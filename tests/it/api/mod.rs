@@ -3,7 +3,7 @@
 mod audit;
 mod auth;
 mod input;
-mod lifecycle;
+pub(crate) mod lifecycle;
 mod secrets;
 mod sources;
 mod subjects;

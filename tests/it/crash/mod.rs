@@ -3,4 +3,6 @@
 
 mod commit;
 mod publisher;
+mod restore;
 mod routes;
+mod sweep;

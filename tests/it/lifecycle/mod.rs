@@ -3,4 +3,4 @@
 
 mod kafka_broker;
 mod kafka_mock;
-mod publisher;
+pub(crate) mod publisher;

@@ -30,16 +30,16 @@ use tokio_util::sync::CancellationToken;
 
 // ---- a node: the trail, the routes, settlement and the refresh, wired as `node.rs` does ----
 
-struct Node {
-    trail: Trail,
-    routes: Routes,
+pub(crate) struct Node {
+    pub(crate) trail: Trail,
+    pub(crate) routes: Routes,
     stop: CancellationToken,
     settlement: Option<JoinHandle<()>>,
-    refreshing: Option<JoinHandle<Option<Report>>>,
+    pub(crate) refreshing: Option<JoinHandle<Option<Report>>>,
 }
 
 impl Node {
-    fn boot(path: &Path, store: Arc<RouteStore>, options: RefreshOptions) -> Node {
+    pub(crate) fn boot(path: &Path, store: Arc<RouteStore>, options: RefreshOptions) -> Node {
         let trail = open_trail_with_sinks(path, &["file"]);
         let routes = Routes::new(store, trail.clone());
         let stop = CancellationToken::new();
@@ -61,7 +61,7 @@ impl Node {
     }
 
     /// Wait for the refresh to finish and return its report.
-    async fn refreshed(&mut self) -> Report {
+    pub(crate) async fn refreshed(&mut self) -> Report {
         let task = self.refreshing.take().expect("a refresh was started");
         tokio::time::timeout(Duration::from_secs(30), task)
             .await
@@ -70,7 +70,7 @@ impl Node {
             .expect("the refresh was not stopped")
     }
 
-    async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         self.stop.cancel();
         if let Some(s) = self.settlement.take() {
             s.await.unwrap();
@@ -82,17 +82,17 @@ impl Node {
     }
 }
 
-fn options(retry: Duration) -> RefreshOptions {
+pub(crate) fn options(retry: Duration) -> RefreshOptions {
     RefreshOptions::new(retry)
 }
 
-fn redis_store(url: &str) -> Arc<RouteStore> {
+pub(crate) fn redis_store(url: &str) -> Arc<RouteStore> {
     Arc::new(RedisStore::<Route>::new(url, "ankusa:", Duration::from_secs(2)).unwrap())
 }
 
 // ---- route changes ----
 
-async fn create(node: &Node, tenant: &str, id: &str, destination: &str) -> u64 {
+pub(crate) async fn create(node: &Node, tenant: &str, id: &str, destination: &str) -> u64 {
     let input = NewRoute {
         id: id.into(),
         source: "s1".into(),
@@ -104,7 +104,7 @@ async fn create(node: &Node, tenant: &str, id: &str, destination: &str) -> u64 {
     out.unwrap().seq.expect("a row")
 }
 
-async fn update(node: &Node, tenant: &str, id: &str, patch: RoutePatch) -> u64 {
+pub(crate) async fn update(node: &Node, tenant: &str, id: &str, patch: RoutePatch) -> u64 {
     let out = node
         .routes
         .update(ctx("ops"), tenant.into(), id.into(), patch, None)
@@ -112,7 +112,7 @@ async fn update(node: &Node, tenant: &str, id: &str, patch: RoutePatch) -> u64 {
     out.unwrap().seq.expect("a row")
 }
 
-fn destination(d: &str) -> RoutePatch {
+pub(crate) fn destination(d: &str) -> RoutePatch {
     RoutePatch {
         destination: Some(d.into()),
         ..RoutePatch::default()
@@ -129,7 +129,7 @@ async fn delete(node: &Node, tenant: &str, id: &str) -> u64 {
 
 // ---- backups and restores ----
 
-fn back_up(trail: &Trail, backups: &Path) -> u64 {
+pub(crate) fn back_up(trail: &Trail, backups: &Path) -> u64 {
     let info = BackupDir::create(backups)
         .unwrap()
         .back_up(trail.store(), SystemClock.now_ms())
@@ -137,7 +137,7 @@ fn back_up(trail: &Trail, backups: &Path) -> u64 {
     info.audit_seq.expect("the backup's seq")
 }
 
-fn restore_into(backups: &Path, target: &Path) {
+pub(crate) fn restore_into(backups: &Path, target: &Path) {
     let req = RestoreRequest {
         from: backups,
         id: None,
@@ -153,7 +153,7 @@ fn restore_into(backups: &Path, target: &Path) {
 /// The routes a downstream consumer rebuilds from `events`, by `<tenant>/routes/<id>`.
 /// `refreshes`: whether it applies `route.refreshed` (a consumer that ignores them is the
 /// control: it must be wrong after a restore that lost route changes).
-fn replica(events: &[Value], refreshes: bool) -> BTreeMap<String, Value> {
+pub(crate) fn replica(events: &[Value], refreshes: bool) -> BTreeMap<String, Value> {
     let applied = consumer_order(events);
     let mut state = BTreeMap::new();
     for e in applied {
@@ -181,7 +181,7 @@ fn replica(events: &[Value], refreshes: bool) -> BTreeMap<String, Value> {
 
 /// Every route the store holds, as its events carry it (redacted), by
 /// `<tenant>/routes/<id>`.
-async fn routes_in_store(routes: &Routes) -> BTreeMap<String, Value> {
+pub(crate) async fn routes_in_store(routes: &Routes) -> BTreeMap<String, Value> {
     let mut state = BTreeMap::new();
     for tenant in routes.store().tenants().await.unwrap() {
         let mut after: Option<String> = None;
@@ -205,14 +205,14 @@ async fn routes_in_store(routes: &Routes) -> BTreeMap<String, Value> {
     state
 }
 
-fn refresh_rows(store: &Store) -> Vec<Row> {
+pub(crate) fn refresh_rows(store: &Store) -> Vec<Row> {
     all_rows(store)
         .into_iter()
         .filter(|r| r.action == "route.refresh")
         .collect()
 }
 
-fn marker(store: &Store) -> bool {
+pub(crate) fn marker(store: &Store) -> bool {
     store.meta(meta::REFRESH_PENDING).unwrap().is_some()
 }
 
@@ -522,113 +522,6 @@ async fn changes_wait_for_the_refresh_which_retries_while_redis_is_down() {
         routes_in_store(&node.routes).await
     );
     node.stop().await;
-}
-
-#[cfg(feature = "failpoints")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_refresh_cut_short_is_finished_by_the_next_boot_with_one_row_per_route() {
-    let scenario = fail::FailScenario::setup();
-    let redis = RedisServer::start();
-    let dir = tempfile::tempdir().unwrap();
-    let (path, events, backups) = (
-        dir.path().join("store"),
-        dir.path().join("events.jsonl"),
-        dir.path().join("backups"),
-    );
-    let node = Node::boot(
-        &path,
-        redis_store(&redis.url()),
-        options(Duration::from_millis(100)),
-    );
-    for i in 0..5 {
-        create(&node, "t1", &format!("r{i}"), "https://a.test/").await;
-    }
-    create(&node, "t1", "r9", "https://a.test/").await;
-    publish_all(&node.trail, &events).await;
-    back_up(&node.trail, &backups);
-    for i in 0..5 {
-        update(
-            &node,
-            "t1",
-            &format!("r{i}"),
-            destination("https://lost.test/"),
-        )
-        .await;
-    }
-    publish_all(&node.trail, &events).await;
-    node.stop().await;
-
-    restore_into(&backups, &path);
-    // One subject at a time; the third refresh row is the last before the "crash".
-    fail::cfg("remote::refresh::after_row", "2*off->panic").unwrap();
-    let one_by_one = RefreshOptions {
-        page: 1,
-        hold: Duration::from_millis(100),
-        ..options(Duration::from_millis(100))
-    };
-    let mut node = Node::boot(&path, redis_store(&redis.url()), one_by_one);
-    let task = node.refreshing.take().unwrap();
-    assert!(task.await.unwrap_err().is_panic(), "cut short");
-    fail::remove("remote::refresh::after_row");
-    assert_eq!(refresh_rows(node.trail.store()).len(), 3);
-    assert!(
-        marker(node.trail.store()),
-        "the marker stays until it is done"
-    );
-    let held = node
-        .routes
-        .update(
-            ctx("ops"),
-            "t1".into(),
-            "r9".into(),
-            destination("https://x.test/"),
-            None,
-        )
-        .await;
-    assert!(
-        matches!(held, Err(CommitError::StoreUnavailable)),
-        "{held:?}"
-    );
-    node.stop().await;
-
-    let mut node = Node::boot(
-        &path,
-        redis_store(&redis.url()),
-        options(Duration::from_millis(100)),
-    );
-    let report = node.refreshed().await;
-    let counts = Counts {
-        checked: 6,
-        refreshed: 2,
-    };
-    assert_eq!(
-        report.kinds,
-        vec![("route", counts)],
-        "only what still differed"
-    );
-    assert!(!marker(node.trail.store()));
-    let rows = refresh_rows(node.trail.store());
-    let mut resources: Vec<&str> = rows.iter().map(|r| r.resource.as_str()).collect();
-    resources.sort();
-    assert_eq!(
-        resources,
-        [
-            "routes/r0",
-            "routes/r1",
-            "routes/r2",
-            "routes/r3",
-            "routes/r4"
-        ],
-        "exactly one refresh row per route that differed"
-    );
-    update(&node, "t1", "r9", destination("https://new.test/")).await;
-    publish_all(&node.trail, &events).await;
-    assert_eq!(
-        replica(&read_events(&events), true),
-        routes_in_store(&node.routes).await
-    );
-    node.stop().await;
-    scenario.teardown();
 }
 
 /// The same through a running node (`node::serve`), with sources in Redis too: it refreshes

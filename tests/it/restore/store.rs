@@ -19,7 +19,7 @@ use ankusa::store::restore::{restore, RestoreRequest, Restored};
 use ankusa::store::{keys::meta, Cf, Store};
 use serde_json::{json, Value};
 
-fn now() -> u64 {
+pub(crate) fn now() -> u64 {
     use ankusa::audit::Clock as _;
     SystemClock.now_ms()
 }
@@ -73,14 +73,19 @@ fn node_sources(store: &Store) -> BTreeMap<String, Value> {
     state
 }
 
-fn restore_rows(store: &Store) -> Vec<Row> {
+pub(crate) fn restore_rows(store: &Store) -> Vec<Row> {
     all_rows(store)
         .into_iter()
         .filter(|r| r.action == RESTORE_ACTION)
         .collect()
 }
 
-fn restore_into(backups: &Path, id: Option<u32>, target: &Path, force: bool) -> Restored {
+pub(crate) fn restore_into(
+    backups: &Path,
+    id: Option<u32>,
+    target: &Path,
+    force: bool,
+) -> Restored {
     let req = RestoreRequest {
         from: backups,
         id,
@@ -314,7 +319,7 @@ async fn two_restores_from_one_backup_open_two_distinct_incarnations() {
 
 /// A store at `<dir>/store` with source s1, backed up into `<dir>/backups`; its trail still
 /// running.
-async fn backed_up_with_one_source() -> (tempfile::TempDir, PathBuf, PathBuf, Trail) {
+pub(crate) async fn backed_up_with_one_source() -> (tempfile::TempDir, PathBuf, PathBuf, Trail) {
     let dir = tempfile::tempdir().unwrap();
     let (path, backups) = (dir.path().join("store"), dir.path().join("backups"));
     let trail = open_trail(&path, true);
@@ -484,116 +489,5 @@ fn assert_no_temp_dirs(dir: &Path) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let name = entry.unwrap().file_name().to_string_lossy().into_owned();
         assert!(!name.contains(".restore-"), "left behind: {name}");
-    }
-}
-
-#[cfg(feature = "failpoints")]
-mod crash {
-    use super::*;
-    use std::process::{Command, Output};
-
-    /// A forced restore whose last step (moving the replaced store to its `.replaced-` name)
-    /// fails is done all the same, and the replaced store is kept where it is, whole.
-    #[tokio::test]
-    async fn a_replaced_store_that_cannot_be_moved_aside_is_kept_whole() {
-        let scenario = fail::FailScenario::setup();
-        let (dir, path, backups, trail) = backed_up_with_one_source().await;
-        create_source(&trail, ctx("a"), "s2", "x").await.unwrap();
-        trail.shutdown().await;
-        drop(trail);
-        fail::cfg("restore::aside", "return").unwrap();
-        let restored = restore_into(&backups, None, &path, true);
-        let kept = restored.replaced.expect("where the replaced store is");
-        assert!(
-            kept.to_string_lossy().contains(".restore-"),
-            "under its temporary name: {}",
-            kept.display()
-        );
-        assert_eq!(all_rows(&Store::open(&kept).unwrap()).len(), 2);
-        assert_eq!(all_rows(&Store::open(&path).unwrap()).len(), 1);
-        scenario.teardown();
-        drop(dir);
-    }
-
-    fn boot(store: &Path, failpoints: Option<&str>) -> Output {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ankusa-crashtest"));
-        cmd.arg("restore").arg(store);
-        if let Some(f) = failpoints {
-            cmd.env("FAILPOINTS", f);
-        }
-        cmd.output().expect("run crashtest-restore")
-    }
-
-    /// (incarnations, instance.restore rows, flag present)
-    fn state(path: &Path) -> (Vec<ankusa::audit::Incarnation>, usize, bool) {
-        let store = Store::open(path).unwrap();
-        let history =
-            ankusa::audit::History::decode(&store.meta(meta::INCARNATION).unwrap().unwrap())
-                .unwrap();
-        let flag = store.meta(meta::INCARNATION_PENDING).unwrap().is_some();
-        (history.0, restore_rows(&store).len(), flag)
-    }
-
-    #[tokio::test]
-    async fn a_crash_before_inside_or_after_the_incarnation_batch_leaves_exactly_one() {
-        let dir = tempfile::tempdir().unwrap();
-        let backups = dir.path().join("backups");
-        let trail = open_trail(&dir.path().join("store"), true);
-        for i in 0..4 {
-            create_source(&trail, ctx("a"), &format!("s{i}"), "x")
-                .await
-                .unwrap();
-        }
-        BackupDir::create(&backups)
-            .unwrap()
-            .back_up(trail.store(), now())
-            .unwrap();
-        trail.shutdown().await;
-        drop(trail);
-        for (point, finished) in [
-            ("audit::restore::before_batch", false),
-            ("audit::restore::in_batch", false),
-            ("audit::restore::after_batch", true),
-        ] {
-            let path = dir.path().join(point.replace("::", "-"));
-            restore_into(&backups, None, &path, false);
-            let out = boot(&path, Some(&format!("{point}=panic")));
-            assert!(!out.status.success(), "{point}: the failpoint killed it");
-            let (history, rows, flag) = state(&path);
-            if finished {
-                assert_eq!(
-                    (history.len(), rows, flag),
-                    (2, 1, false),
-                    "{point}: all of it"
-                );
-            } else {
-                assert_eq!(
-                    (history.len(), rows, flag),
-                    (1, 0, true),
-                    "{point}: none of it"
-                );
-            }
-            let crashed = history;
-            let out = boot(&path, None);
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "booted 5");
-            let (history, rows, flag) = state(&path);
-            assert_eq!(
-                (history.len(), rows, flag),
-                (2, 1, false),
-                "{point}: exactly one"
-            );
-            assert_eq!(history[1].from, 5);
-            if finished {
-                assert_eq!(history, crashed, "{point}: the finished incarnation stays");
-            }
-            // And booting again opens nothing more.
-            assert!(boot(&path, None).status.success());
-            assert_eq!(state(&path).0, history);
-        }
     }
 }

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use crate::support::node::*;
 use crate::support::redis::RedisServer;
 
-const ROUTES: &str = "/admin/v1/tenants/t1/routes";
+pub(crate) const ROUTES: &str = "/admin/v1/tenants/t1/routes";
 
 async fn lifecycle_of_one_route(node: &TestNode) {
     let create = node
@@ -191,54 +191,6 @@ async fn redis_store_routes_are_shared_by_two_nodes() {
     assert_eq!(b.rows().await.len(), 2);
     a.stop().await;
     b.stop().await;
-}
-
-/// A route store that does not answer the write: 503, and the pending row is settled by
-/// reading the route back (here: never written, so `failed`) while the node runs.
-#[cfg(feature = "failpoints")]
-#[tokio::test]
-async fn an_unanswered_store_write_is_503_and_settled_by_reconcile() {
-    let node = TestNode::start_with(|v| v["settlement"]["interval"] = json!("100ms")).await;
-    let create = node
-        .call(
-            Method::POST,
-            ROUTES,
-            ADMIN,
-            Some(json!({"id": "r1", "source": "s1", "destination": "https://h/x"})),
-        )
-        .await;
-    assert_eq!(create.status, StatusCode::CREATED);
-    fail::cfg("remote::apply", "return").unwrap();
-    let lost = node
-        .call(
-            Method::PATCH,
-            &format!("{ROUTES}/r1"),
-            ADMIN,
-            Some(json!({"enabled": false})),
-        )
-        .await;
-    fail::remove("remote::apply");
-    assert_error(&lost, 503, "store_unavailable");
-    let settled = async || Some(node.rows().await).filter(|rows| rows.len() == 2);
-    let bound = std::time::Duration::from_secs(10);
-    let rows = crate::support::eventually("the route's two rows", bound, settled).await;
-    assert_eq!(rows.len(), 2, "settled while the node runs");
-    assert_eq!(rows[1]["action"], "route.update");
-    assert_eq!(rows[1]["result"], "failed");
-    assert_eq!(rows[1]["publish"], false);
-    let metrics = node
-        .send(node.req(Method::GET, "/metrics", None))
-        .await
-        .text;
-    for line in [
-        "ankusa_audit_pending_begun_total 2",
-        "ankusa_audit_pending_settled_total{by=\"finish\",result=\"ok\"} 1",
-        "ankusa_audit_pending_settled_total{by=\"reconcile\",result=\"failed\"} 1",
-        "ankusa_audit_pending_abandoned_total 1",
-    ] {
-        assert!(metrics.contains(line), "{line} in\n{metrics}");
-    }
-    node.stop().await;
 }
 
 /// Pages of routes come back in id order, `next` pointing past the last, on both stores.

@@ -6,11 +6,11 @@
 //! This module holds the helpers its cases share; the crash of a process at each named
 //! point of the dual write is in `crash::routes`.
 
-mod api;
+pub(crate) mod api;
 mod config;
 mod fleet;
-mod settle;
-mod sources_redis;
+pub(crate) mod settle;
+pub(crate) mod sources_redis;
 mod stores;
 
 use crate::support::eventually;

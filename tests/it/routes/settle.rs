@@ -139,7 +139,7 @@ async fn stopped_with_pending(dir: &std::path::Path, url: &str) {
 }
 
 /// A node that stopped with one applied, unfinished update of r1 on `store`.
-async fn stopped_with_pending_on(dir: &std::path::Path, store: Arc<RouteStore>) {
+pub(crate) async fn stopped_with_pending_on(dir: &std::path::Path, store: Arc<RouteStore>) {
     let trail = open_trail(dir, true);
     let routes = Routes::new(store.clone(), trail.clone());
     routes
@@ -192,41 +192,6 @@ async fn a_pending_rows_entity_is_beside_it_never_in_it() {
     assert_eq!(gone.unwrap(), None);
     settling.stop().await;
     trail.shutdown().await;
-}
-
-/// A settlement the store refused to write is not left for the next boot: it is tried again
-/// and lands, once, with what the subject holds.
-#[cfg(feature = "failpoints")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_settlement_the_store_refused_is_tried_again() {
-    let scenario = fail::FailScenario::setup();
-    let dir = tempfile::tempdir().unwrap();
-    let store: Arc<RouteStore> = Arc::new(MemoryStore::<Route>::default());
-    stopped_with_pending_on(dir.path(), store.clone()).await;
-    let trail = open_trail(dir.path(), true);
-    // Every batch, the settlement's, is refused until the store takes writes again.
-    fail::cfg("audit::write", "return").unwrap();
-    let settling = settling(
-        &trail,
-        store,
-        Duration::from_millis(100),
-        Duration::from_secs(10),
-    );
-    // The boot's settlement is through once the row was tried (what waits for it, a
-    // restore's refresh, is not held while the row is tried again).
-    tokio::time::timeout(Duration::from_secs(30), trail.boot_settled())
-        .await
-        .expect("boot settled after the first attempt");
-    assert_eq!(ankusa::audit::pending_rows(trail.store()).unwrap().len(), 1);
-    fail::remove("audit::write");
-    wait_settled(trail.store(), Duration::from_secs(10)).await;
-    let rows = route_rows(trail.store(), "r1");
-    assert_eq!(rows.len(), 2, "{rows:?}");
-    assert_eq!(rows[1].result, RowResult::Ok);
-    assert!(rows[1].publish && !rows[1].refresh);
-    settling.stop().await;
-    trail.shutdown().await;
-    scenario.teardown();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

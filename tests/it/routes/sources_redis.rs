@@ -8,9 +8,9 @@ use serde_json::{json, Value};
 use crate::support::node::*;
 use crate::support::redis::RedisServer;
 
-const SOURCES: &str = "/admin/v1/tenants/t1/sources";
+pub(crate) const SOURCES: &str = "/admin/v1/tenants/t1/sources";
 
-fn on_redis(url: String) -> impl Fn(&mut Value) {
+pub(crate) fn on_redis(url: String) -> impl Fn(&mut Value) {
     move |v: &mut Value| {
         v["sources"]["store"] = json!("redis");
         v["sources"]["redis_url"] = json!(url);
@@ -122,29 +122,6 @@ async fn sources_in_redis_are_shared_and_each_change_is_in_one_trail() {
     b.stop().await;
     let store = ankusa::store::Store::open(&dir.path().join("data")).unwrap();
     assert!(crate::support::trail::all_keys(&store, ankusa::store::Cf::Sources).is_empty());
-}
-
-#[cfg(feature = "failpoints")]
-#[tokio::test]
-async fn an_unanswered_source_write_is_settled_by_reading_it_back() {
-    let redis = RedisServer::start();
-    let node = TestNode::start_with(on_redis(redis.url())).await;
-    let body = json!({"id": "s1", "kind": "webhook"});
-    fail::cfg("remote::apply", "return").unwrap();
-    let lost = node.call(Method::POST, SOURCES, ADMIN, Some(body)).await;
-    fail::remove("remote::apply");
-    assert_error(&lost, 503, "store_unavailable");
-    let settled = async || Some(node.rows().await).filter(|rows| !rows.is_empty());
-    let bound = std::time::Duration::from_secs(10);
-    let rows = crate::support::eventually("the source's row", bound, settled).await;
-    assert_eq!(rows.len(), 1, "settled while the node runs");
-    assert_eq!(rows[0]["action"], "source.create");
-    assert_eq!(rows[0]["result"], "failed", "Redis never got it");
-    let missing = node
-        .call(Method::GET, &format!("{SOURCES}/s1"), READER, None)
-        .await;
-    assert_error(&missing, 404, "not_found");
-    node.stop().await;
 }
 
 /// With sources in Redis, a replay job's source is looked up there: a job on a source another

@@ -144,6 +144,7 @@ fn stage_secret(
 }
 
 /// Source `id` of tenant `t1` as stored.
+#[cfg(feature = "failpoints")]
 pub fn stored_source(store: &Store, id: &str) -> Value {
     let bytes = store
         .get(Cf::Sources, format!("t1/{id}").as_bytes())

@@ -4,4 +4,4 @@
 mod ceilings;
 mod commit;
 mod prune_props;
-mod retention;
+pub(crate) mod retention;

@@ -11,11 +11,11 @@ use crate::support::trail::*;
 use ankusa::audit::{Clock, Limits, ManualClock, Trail, TrailOptions, Usage};
 use ankusa::store::{keys, keys::meta, Cf, Store};
 
-const DAY: u64 = 86_400_000;
+pub(crate) const DAY: u64 = 86_400_000;
 /// A fixed start, so every row time in these tests is known.
-const T0: u64 = 1_700_000_000_000;
+pub(crate) const T0: u64 = 1_700_000_000_000;
 
-fn limits(retention_days: u64, sweep_batch: usize) -> Limits {
+pub(crate) fn limits(retention_days: u64, sweep_batch: usize) -> Limits {
     Limits {
         retention: Duration::from_millis(retention_days * DAY),
         sweep_batch,
@@ -23,7 +23,7 @@ fn limits(retention_days: u64, sweep_batch: usize) -> Limits {
     }
 }
 
-fn open(dir: &Path, sinks: &[&str], limits: Limits, clock: &Arc<ManualClock>) -> Trail {
+pub(crate) fn open(dir: &Path, sinks: &[&str], limits: Limits, clock: &Arc<ManualClock>) -> Trail {
     let store = Store::open(dir).expect("open store");
     let options = TrailOptions {
         lifecycle: true,
@@ -34,7 +34,7 @@ fn open(dir: &Path, sinks: &[&str], limits: Limits, clock: &Arc<ManualClock>) ->
     Trail::start(store, options, clock.clone()).expect("start trail")
 }
 
-async fn create_sources(trail: &Trail, ids: std::ops::Range<u64>) {
+pub(crate) async fn create_sources(trail: &Trail, ids: std::ops::Range<u64>) {
     for i in ids {
         create_source(trail, ctx("ops"), &format!("s{i}"), "hunter2")
             .await
@@ -46,7 +46,7 @@ fn seqs(store: &Store) -> Vec<u64> {
     all_rows(store).iter().map(|r| r.seq).collect()
 }
 
-fn entity_seqs(store: &Store) -> Vec<u64> {
+pub(crate) fn entity_seqs(store: &Store) -> Vec<u64> {
     all_keys(store, Cf::Audit)
         .iter()
         .filter_map(|k| keys::decode_seq_key(keys::OUTBOX, k))
@@ -54,7 +54,7 @@ fn entity_seqs(store: &Store) -> Vec<u64> {
 }
 
 /// The counters the trail keeps (in memory and in `m:audit_usage`) equal a full count.
-fn assert_counters_true(trail: &Trail) {
+pub(crate) fn assert_counters_true(trail: &Trail) {
     let store = trail.store();
     let seq = store.meta_u64(meta::AUDIT_SEQ).unwrap();
     let truth = Usage::recount(store, seq).unwrap();
@@ -218,159 +218,5 @@ async fn a_missing_corrupt_or_stale_usage_is_recounted_at_boot() {
             .count();
         assert_eq!(recounts, i + 1, "no recount of a good usage");
         trail.shutdown().await;
-    }
-}
-
-#[cfg(feature = "failpoints")]
-#[tokio::test]
-async fn a_read_failure_mid_sweep_keeps_what_was_staged_counted() {
-    let scenario = fail::FailScenario::setup();
-    let dir = tempfile::tempdir().unwrap();
-    let clock = Arc::new(ManualClock::new(T0));
-    let trail = open(dir.path(), &[], limits(1, 1000), &clock);
-    let mut tasks = vec![];
-    for w in 0..10 {
-        let trail = trail.clone();
-        tasks.push(tokio::spawn(async move {
-            create_sources(&trail, w * 60..w * 60 + 60).await
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
-    clock.advance(2 * DAY);
-    // The first chunk of the oldest rows is read and staged, the next read fails: the batch
-    // goes out with the deletions staged so far, and with the counters that count them out.
-    fail::cfg("audit::prune_read", "1*off->return").unwrap();
-    let failed = trail.sweep_batch(clock.now_ms() - DAY, 1000).await;
-    fail::remove("audit::prune_read");
-    assert!(failed.is_err());
-    assert!(trail.usage().rows < 600, "the first chunk was deleted");
-    assert_counters_true(&trail);
-    let report = trail.sweep_now().await.unwrap();
-    assert_eq!(trail.usage().rows, 0, "{report:?}");
-    assert_counters_true(&trail);
-    trail.shutdown().await;
-    scenario.teardown();
-}
-
-#[cfg(feature = "failpoints")]
-mod kill_9 {
-    //! A program that commits while sweeping is SIGKILLed at random moments inside sweeps.
-    use std::io::{BufRead, BufReader};
-    use std::process::{Command, Stdio};
-    use std::sync::mpsc;
-    use std::time::Duration;
-
-    use ankusa::audit::Usage;
-    use ankusa::store::{keys, keys::meta, Cf, Store};
-    use rand::Rng;
-
-    use crate::support::trail::all_rows;
-
-    const KILLS: u64 = 12;
-
-    #[test]
-    fn kill_9_during_a_sweep_keeps_counters_exact_and_every_unseen_row() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut rng = rand::rng();
-        let mut acked = Vec::new();
-        let mut swept_total = 0;
-        for round in 0..KILLS {
-            let mut child = Command::new(env!("CARGO_BIN_EXE_ankusa-crashtest"))
-                .arg("sweep")
-                .arg(dir.path())
-                .arg(round.to_string())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn crashsweep");
-            let stdout = child.stdout.take().unwrap();
-            let (tx, lines) = mpsc::channel();
-            let reader = std::thread::spawn(move || {
-                for line in BufReader::new(stdout).lines() {
-                    let Ok(line) = line else { break };
-                    if tx.send(line).is_err() {
-                        break;
-                    }
-                }
-            });
-            // Kill it right after it asked the writer for the n-th sweep batch, with commits
-            // in flight: early (deep in the expired rows) or late (where the sweep meets the
-            // cursor and the sink moves it on).
-            let kill_at = rng.random_range(1..30);
-            let mut sweeps = 0;
-            loop {
-                let line = lines
-                    .recv_timeout(Duration::from_secs(60))
-                    .expect("crashsweep output");
-                if line.starts_with("sweep") {
-                    sweeps += 1;
-                    if sweeps == kill_at {
-                        break;
-                    }
-                }
-                if let Some(seq) = line.strip_prefix("ack ") {
-                    acked.push(seq.parse::<u64>().unwrap());
-                }
-                if line.starts_with("swept") {
-                    swept_total += 1;
-                }
-            }
-            child.kill().expect("SIGKILL");
-            child.wait().unwrap();
-            reader.join().unwrap();
-            for line in lines.try_iter() {
-                if let Some(seq) = line.strip_prefix("ack ") {
-                    acked.push(seq.parse::<u64>().unwrap());
-                }
-            }
-            check(dir.path(), &acked);
-        }
-        assert!(swept_total > 0, "no sweep batch completed in any round");
-    }
-
-    /// After a kill: the counters equal a full count, every row at or above the persisted
-    /// cursor is there (seqs are dense: nothing is refused), every acknowledged commit at or
-    /// above it is there, and rows and entities go together.
-    fn check(dir: &std::path::Path, acked: &[u64]) {
-        let store = Store::open(dir).expect("reopen after kill");
-        let seq = store.meta_u64(meta::AUDIT_SEQ).unwrap();
-        let truth = Usage::recount(&store, seq).unwrap();
-        let stored = Usage::decode(&store.meta(meta::AUDIT_USAGE).unwrap().unwrap()).unwrap();
-        assert_eq!(stored, truth, "m:audit_usage agrees with the trail");
-        let cursor = store.meta_u64(meta::LIFECYCLE_CURSOR).unwrap();
-        let rows = all_rows(&store);
-        let present: Vec<u64> = rows.iter().map(|r| r.seq).collect();
-        let first = present.first().copied().unwrap_or(seq + 1);
-        assert!(
-            first <= cursor.max(1),
-            "a row at or above the cursor {cursor} is gone (first {first})"
-        );
-        assert_eq!(
-            present,
-            (first..=seq).collect::<Vec<_>>(),
-            "only a prefix was deleted"
-        );
-        for s in acked.iter().filter(|s| **s >= cursor) {
-            assert!(
-                present.binary_search(s).is_ok(),
-                "acknowledged row {s} lost"
-            );
-        }
-        for row in &rows {
-            let entity = store.get(Cf::Audit, &keys::outbox_key(row.seq)).unwrap();
-            assert_eq!(
-                entity.is_some(),
-                row.publish,
-                "row {} and its entity",
-                row.seq
-            );
-        }
-        let orphans = super::entity_seqs(&store)
-            .into_iter()
-            .filter(|s| present.binary_search(s).is_err())
-            .count();
-        assert_eq!(orphans, 0, "an entity outlived its row");
     }
 }
