@@ -80,9 +80,10 @@ async fn a_stop_waits_for_a_backup_under_way() {
     // Released once the node has stopped accepting (its stop under way).
     let url = node.url("/readyz");
     let stopping = tokio::spawn(node.stop());
-    while reqwest::get(&url).await.is_ok() {
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    // Unbounded before; the bound is nextest's own limit for a test.
+    let refused = async || reqwest::get(&url).await.is_err();
+    let bound = std::time::Duration::from_secs(300);
+    crate::support::eventually("the node to stop accepting", bound, refused).await;
     held.release();
     let dir = stopping.await.unwrap();
     let store = Store::open(&dir.path().join("data")).unwrap();
