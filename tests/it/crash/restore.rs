@@ -17,7 +17,7 @@ fn boot(store: &Path, failpoints: Option<&str>) -> Output {
     if let Some(f) = failpoints {
         cmd.env("FAILPOINTS", f);
     }
-    cmd.output().expect("run crashtest-restore")
+    cmd.output().expect("run ankusa-crashtest restore")
 }
 
 /// (incarnations, instance.restore rows, flag present)

@@ -29,7 +29,7 @@ fn kill_9_during_a_sweep_keeps_counters_exact_and_every_unseen_row() {
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
-            .expect("spawn crashsweep");
+            .expect("spawn ankusa-crashtest sweep");
         let stdout = child.stdout.take().unwrap();
         let (tx, lines) = mpsc::channel();
         let reader = std::thread::spawn(move || {
@@ -48,7 +48,7 @@ fn kill_9_during_a_sweep_keeps_counters_exact_and_every_unseen_row() {
         loop {
             let line = lines
                 .recv_timeout(Duration::from_secs(60))
-                .expect("crashsweep output");
+                .expect("ankusa-crashtest sweep output");
             if line.starts_with("sweep") {
                 sweeps += 1;
                 if sweeps == kill_at {

@@ -1,8 +1,8 @@
 //! Backups, restores and incarnations, at the library level: a restored store re-issues seqs
 //! that were already published, and its events never reuse an id with other content.
 //!
-//! The crash tests abort a small program (`ankusa-crashtest restore`, failpoints feature) at
-//! named points of the boot that opens the new incarnation.
+//! The crash of the boot that opens the new incarnation is in `crash::restore`; a restore
+//! whose replaced store cannot be moved aside, in `failpoints::restore`.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! Retention: expired rows are deleted oldest first with their outbox entities, never at or
 //! above the lifecycle cursor while sinks are configured; `m:audit_usage` stays exact and is
-//! recounted at boot when it cannot be believed; a kill -9 during a sweep loses nothing the
-//! sinks have not seen.
+//! recounted at boot when it cannot be believed. (A kill -9 during a sweep is in
+//! `crash::sweep`; a read that fails mid-sweep, in `failpoints::retention`.)
 
 use std::path::Path;
 use std::sync::Arc;
