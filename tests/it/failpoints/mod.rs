@@ -6,7 +6,7 @@
 
 mod api;
 mod backup;
-mod cases;
+mod commit;
 mod lifecycle;
 mod refresh;
 mod restore;

@@ -1,6 +1,6 @@
-//! Failures injected at named points (the `failpoints` feature). A failpoint is
-//! process-wide: these rely on nextest's process per test, so that none hits a test running
-//! beside it.
+//! The commit path under failures injected at named points: a store that cannot be
+//! written, a group held in the syncer, batches that fail under load and at a ceiling, a
+//! writer that died.
 
 use std::future::Future;
 
