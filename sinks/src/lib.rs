@@ -27,8 +27,8 @@ pub mod file;
 pub mod kafka;
 pub mod retry;
 mod telemetry;
-#[cfg(test)]
-pub(crate) mod test_support;
+#[cfg(any(test, feature = "test-support"))]
+pub mod test_support;
 pub mod webhook;
 
 pub use config::SinkConfig;

@@ -1,17 +1,22 @@
-//! Webhook sink tests against a real axum receiver on port 0 (see `tests/receiver.rs`):
+//! Webhook sink tests against a real axum receiver on port 0 (`test_support::receiver`,
+//! verifying signatures):
 //! exact headers and bodies, every classification, same id and body on retry, per-key order,
 //! batching, and no redirect followed.
 
-mod receiver;
-
 use std::time::{Duration, Instant, SystemTime};
-
-use receiver::{Receiver, Reply, OLD_SECRET, RECEIVER_SECRET};
 
 use super::sink::parse_retry_after;
 use super::*;
-use crate::test_support::{event_id, sample, sample_data, sample_json, INCARNATION, SOURCE};
+use crate::test_support::receiver::{OLD_SECRET, RECEIVER_SECRET};
+use crate::test_support::{
+    event_id, sample, sample_data, sample_json, Receiver, Recorded, Reply, INCARNATION, SOURCE,
+};
 use crate::{Delivery, Outcome, RetryPolicy, Sink, SinkError};
+
+/// A receiver that knows the sink's new secret (`RECEIVER_SECRET`), not its old one.
+async fn verifying() -> Receiver {
+    Receiver::builder().verify(RECEIVER_SECRET).start().await
+}
 
 fn config(receiver: &Receiver, mode: WebhookMode) -> WebhookConfig {
     let secrets = vec![OLD_SECRET.to_string(), RECEIVER_SECRET.to_string()];
@@ -39,7 +44,7 @@ fn retry(after: Option<Duration>, reason: &str) -> Outcome {
 
 #[tokio::test]
 async fn binary_mode_sends_ce_headers_data_and_a_valid_signature() {
-    let receiver = Receiver::start().await;
+    let receiver = verifying().await;
     let sink = sink(&receiver, WebhookMode::Binary);
 
     assert_eq!(
@@ -72,7 +77,7 @@ async fn binary_mode_sends_ce_headers_data_and_a_valid_signature() {
 
 #[tokio::test]
 async fn structured_mode_sends_the_exact_event_json() {
-    let receiver = Receiver::start().await;
+    let receiver = verifying().await;
     let sink = sink(&receiver, WebhookMode::Structured);
 
     assert_eq!(
@@ -90,7 +95,7 @@ async fn structured_mode_sends_the_exact_event_json() {
 
 #[tokio::test]
 async fn batch_mode_sends_one_array_with_a_stable_id() {
-    let receiver = Receiver::start().await;
+    let receiver = verifying().await;
     let sink = sink(&receiver, WebhookMode::Batch);
     let events = [sample(1, "a"), sample(2, "b"), sample(3, "a")];
 
@@ -126,7 +131,7 @@ async fn batch_mode_sends_one_array_with_a_stable_id() {
 
 #[tokio::test]
 async fn every_answer_is_classified() {
-    let receiver = Receiver::start().await;
+    let receiver = verifying().await;
     let sink = sink(&receiver, WebhookMode::Binary);
     let send = |seq| {
         let sink = &sink;
@@ -175,7 +180,7 @@ async fn every_answer_is_classified() {
 #[tokio::test]
 async fn a_retried_event_carries_the_same_id_and_body() {
     for mode in [WebhookMode::Binary, WebhookMode::Structured] {
-        let receiver = Receiver::start().await;
+        let receiver = verifying().await;
         let sink = sink(&receiver, mode);
         receiver.reply(Reply::Status(502));
         assert_eq!(
@@ -197,7 +202,7 @@ async fn a_retried_event_carries_the_same_id_and_body() {
 
 #[tokio::test]
 async fn a_hanging_receiver_times_out_as_retry() {
-    let receiver = Receiver::start().await;
+    let receiver = verifying().await;
     let mut config = config(&receiver, WebhookMode::Binary);
     config.timeout = Duration::from_millis(300);
     let sink = WebhookSink::new(config).unwrap();
@@ -225,7 +230,7 @@ async fn a_refused_connection_is_retry() {
 
 #[tokio::test]
 async fn redirects_are_not_followed() {
-    let receiver = Receiver::start().await;
+    let receiver = verifying().await;
     let sink = sink(&receiver, WebhookMode::Binary);
     receiver.reply(Reply::Redirect);
     let reason = "http_307".to_string();
@@ -244,7 +249,7 @@ fn interleaved() -> Vec<Delivery> {
         .collect()
 }
 
-fn seqs_of_key(requests: &[receiver::Recorded], key: &str) -> Vec<String> {
+fn seqs_of_key(requests: &[Recorded], key: &str) -> Vec<String> {
     requests
         .iter()
         .filter(|r| r.header("ce-partitionkey") == key)
@@ -254,7 +259,7 @@ fn seqs_of_key(requests: &[receiver::Recorded], key: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn keys_go_concurrently_and_each_key_in_order() {
-    let receiver = Receiver::start().await;
+    let receiver = verifying().await;
     receiver.delay(Duration::from_millis(30));
     let sink = sink(&receiver, WebhookMode::Binary);
     let events = interleaved();
@@ -279,7 +284,7 @@ async fn keys_go_concurrently_and_each_key_in_order() {
 
 #[tokio::test]
 async fn max_in_flight_bounds_concurrency() {
-    let receiver = Receiver::start().await;
+    let receiver = verifying().await;
     receiver.delay(Duration::from_millis(10));
     let mut config = config(&receiver, WebhookMode::Binary);
     config.max_in_flight = 1;
@@ -294,7 +299,7 @@ async fn max_in_flight_bounds_concurrency() {
 
 #[tokio::test]
 async fn a_failure_holds_back_the_rest_of_its_key_only() {
-    let receiver = Receiver::start().await;
+    let receiver = verifying().await;
     receiver.fail_seq(3, 500);
     let sink = sink(&receiver, WebhookMode::Binary);
     let keys = ["a", "b", "a", "b", "a", "b"];
@@ -323,7 +328,7 @@ async fn a_failure_holds_back_the_rest_of_its_key_only() {
 /// goes in the same attempt (holding them back would stall the sink in retries).
 #[tokio::test]
 async fn a_refused_event_does_not_hold_back_its_key() {
-    let receiver = Receiver::start().await;
+    let receiver = verifying().await;
     receiver.fail_seq(3, 400);
     let sink = sink(&receiver, WebhookMode::Binary);
     let keys = ["a", "b", "a", "b", "a", "b"];
@@ -342,7 +347,7 @@ async fn a_refused_event_does_not_hold_back_its_key() {
 
 #[tokio::test]
 async fn healthcheck_uses_the_configured_url_or_passes_without_one() {
-    let receiver = Receiver::start().await;
+    let receiver = verifying().await;
     sink(&receiver, WebhookMode::Binary)
         .healthcheck()
         .await

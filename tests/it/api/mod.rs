@@ -1,0 +1,9 @@
+//! The admin API over real HTTP, against a node served on a free port.
+
+mod audit;
+mod auth;
+mod input;
+pub(crate) mod lifecycle;
+mod secrets;
+mod sources;
+mod subjects;

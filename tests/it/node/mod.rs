@@ -1,0 +1,4 @@
+//! The node as an operator runs it: its log lines, and every shipped config file.
+
+mod config_files;
+mod logging;

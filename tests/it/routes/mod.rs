@@ -1,0 +1,99 @@
+//! Routes in the pluggable route store (memory, and a real redis-server started here), and the
+//! trail's second way in: pending rows, their finish, and their settlement (a dropped
+//! `Pending`, a crash at each named point of the dual write, Redis down at boot, a concurrent
+//! change before settlement, two nodes sharing one Redis).
+//!
+//! This module holds the helpers its cases share; the crash of a process at each named
+//! point of the dual write is in `crash::routes`.
+
+pub(crate) mod api;
+mod config;
+mod fleet;
+pub(crate) mod settle;
+pub(crate) mod sources_redis;
+mod stores;
+
+use crate::support::eventually;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ankusa::audit::{pending_rows, Row, SettleOptions, Trail};
+use ankusa::store::{keys, Cf, Store};
+use ankusa::subjects::remote::redis::RedisStore;
+use ankusa::subjects::routes::{NewRoute, Route, RouteStore, Routes};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+/// A Redis route store on `url` with the default prefix.
+pub fn redis_store(url: &str) -> Arc<RouteStore> {
+    Arc::new(RedisStore::<Route>::new(url, "ankusa:", Duration::from_secs(2)).expect("redis store"))
+}
+
+/// Routes on a store with settlement running; [`Settling::stop`] ends the settlement task (it
+/// holds the trail, and with it the store's lock).
+pub struct Settling {
+    /// The routes handle (same store as the reconciler's).
+    pub routes: Routes,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Settling {
+    /// Stop settling and wait for the task to end.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        self.task.await.expect("settlement task");
+    }
+}
+
+/// `routes` of `store` recorded in `trail`, with settlement running (`interval`, `window`).
+pub fn settling(
+    trail: &Trail,
+    store: Arc<RouteStore>,
+    interval: Duration,
+    window: Duration,
+) -> Settling {
+    let routes = Routes::new(store, trail.clone());
+    let stop = CancellationToken::new();
+    let task = trail
+        .start_settlement(
+            routes.remote().reconcilers(),
+            SettleOptions { interval, window },
+            stop.clone(),
+        )
+        .expect("settlement starts once");
+    Settling { routes, stop, task }
+}
+
+/// Wait (up to `limit`) until the store holds no pending row.
+pub async fn wait_settled(store: &Store, limit: Duration) {
+    let settled = async || pending_rows(store).expect("pending rows").is_empty();
+    eventually("no pending row", limit, settled).await;
+}
+
+/// The rows of `routes/<id>`, in seq order.
+pub fn route_rows(store: &Store, id: &str) -> Vec<Row> {
+    crate::support::trail::all_rows(store)
+        .into_iter()
+        .filter(|r| r.resource == format!("routes/{id}"))
+        .collect()
+}
+
+/// The outbox entity of row `seq`.
+pub fn entity(store: &Store, seq: u64) -> Option<Value> {
+    store
+        .get(Cf::Audit, &keys::outbox_key(seq))
+        .expect("read outbox")
+        .map(|v| serde_json::from_slice(&v).expect("entity JSON"))
+}
+
+/// A new route `id` of tenant `t1` to `destination`.
+pub fn new_route(id: &str, destination: &str) -> NewRoute {
+    NewRoute {
+        id: id.into(),
+        source: "s1".into(),
+        destination: destination.into(),
+        filter: Default::default(),
+        enabled: true,
+    }
+}

@@ -1,0 +1,414 @@
+//! Settlement of pending rows whose caller never finished them: a `Pending` dropped while the
+//! node runs (its future cancelled mid-apply), and rows a stopped node left behind, with the
+//! route store's Redis down at boot for a while or for longer than the window.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ankusa::audit::{Change, Finish, RowResult, Trail};
+use ankusa::store::{keys, Cf, StoreError};
+use ankusa::subjects::remote::memory::MemoryStore;
+use ankusa::subjects::remote::{Cas, RemoteStore};
+use ankusa::subjects::routes::{Route, RoutePatch, RouteStore, Routes};
+use serde_json::json;
+
+use crate::routes::{entity, new_route, redis_store, route_rows, settling, wait_settled};
+use crate::support::redis::RedisServer;
+use crate::support::trail::{ctx, open_trail};
+
+/// The change that sets route `id`'s destination, as `Routes::update` describes it: the
+/// route before and after, and where settlement finds it.
+async fn update_of(store: &Arc<RouteStore>, id: &str, destination: &str) -> (Route, Change) {
+    let before = store.get("t1", id).await.unwrap().expect("route exists");
+    let mut after = before.clone();
+    after.destination = destination.into();
+    after.revision += 1;
+    let change = Change::new("route.update", format!("routes/{id}"))
+        .tenant("t1")
+        .states(
+            Some(serde_json::to_value(&before).unwrap()),
+            Some(serde_json::to_value(&after).unwrap()),
+        )
+        .revision(after.revision)
+        .entity(serde_json::to_value(&after).unwrap())
+        .locate("route", json!({"tenant": "t1", "id": id}));
+    (after, change)
+}
+
+/// Leave a pending update of route `id` as a crash would: begun, applied to the store if
+/// `apply`, never finished (the `Pending` is leaked, so that not even its Drop runs).
+async fn leave_pending(trail: &Trail, store: &Arc<RouteStore>, id: &str, apply: bool) {
+    let (after, change) = update_of(store, id, "https://example.test/b").await;
+    let pending = trail.begin::<()>(ctx("alice"), change).await.unwrap();
+    if apply {
+        store.put(&after, after.revision - 1).await.unwrap();
+    }
+    std::mem::forget(pending);
+}
+
+/// Drive `record` (a dual write whose apply never ends) until its apply signals `reached`,
+/// then drop it, as a caller that gives up does.
+async fn give_up_at<T>(
+    record: impl std::future::Future<Output = T>,
+    reached: tokio::sync::oneshot::Receiver<()>,
+) {
+    tokio::select! {
+        _ = record => panic!("the apply never ends, yet record returned"),
+        signal = reached => signal.expect("the apply ran"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_pending_is_settled_while_the_node_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let trail = open_trail(dir.path(), true);
+    let store: Arc<RouteStore> = Arc::new(MemoryStore::<Route>::default());
+    let settling = settling(
+        &trail,
+        store.clone(),
+        Duration::from_millis(100),
+        Duration::from_secs(10),
+    );
+    let routes = settling.routes.clone();
+    for id in ["r1", "r2"] {
+        routes
+            .create(
+                ctx("alice"),
+                "t1".into(),
+                new_route(id, "https://example.test/a"),
+            )
+            .await
+            .unwrap();
+    }
+    // r1: the apply writes the store, then hangs; its caller gives up and drops the future.
+    let (after, change) = update_of(&store, "r1", "https://example.test/b").await;
+    let (put, written) = tokio::sync::oneshot::channel();
+    let applied = trail.record::<(), (), _, _>(ctx("alice"), change, || {
+        let store = store.clone();
+        async move {
+            store.put(&after, 1).await.unwrap();
+            let _ = put.send(());
+            std::future::pending::<(Option<Finish>, ())>().await
+        }
+    });
+    give_up_at(applied, written).await;
+    // r2: the apply hangs before it writes anything.
+    let (_, change) = update_of(&store, "r2", "https://example.test/b").await;
+    let (entered, begun) = tokio::sync::oneshot::channel();
+    let unapplied = trail.record::<(), (), _, _>(ctx("alice"), change, || {
+        let _ = entered.send(());
+        std::future::pending::<(Option<Finish>, ())>()
+    });
+    give_up_at(unapplied, begun).await;
+    // A dual write of a kind no reconciler knows settles `interrupted` at once.
+    let pending = trail
+        .begin::<()>(ctx("alice"), Change::new("gadget.update", "gadgets/g1"))
+        .await
+        .unwrap();
+    drop(pending);
+
+    wait_settled(trail.store(), Duration::from_secs(10)).await;
+    let r1 = route_rows(trail.store(), "r1");
+    assert_eq!(r1.len(), 2);
+    assert_eq!(r1[1].result, RowResult::Ok, "applied: ok");
+    assert!(r1[1].publish && !r1[1].refresh);
+    assert_eq!(r1[1].revision, Some(2));
+    let published = entity(trail.store(), r1[1].seq).expect("entity");
+    assert_eq!(published["destination"], "https://example.test/b");
+    let r2 = route_rows(trail.store(), "r2");
+    assert_eq!(r2[1].result, RowResult::Failed, "never applied: failed");
+    assert!(!r2[1].publish && entity(trail.store(), r2[1].seq).is_none());
+    // Settlements of different subjects may land in either order: find the gadget's row.
+    let gadget = crate::support::trail::all_rows(trail.store())
+        .into_iter()
+        .find(|r| r.resource == "gadgets/g1")
+        .expect("the gadget's row");
+    assert_eq!(gadget.result, RowResult::Interrupted);
+    assert!(!gadget.refresh && !gadget.publish);
+    // The store says what the trail says.
+    assert_eq!(store.get("t1", "r1").await.unwrap().unwrap().revision, 2);
+    assert_eq!(store.get("t1", "r2").await.unwrap().unwrap().revision, 1);
+    settling.stop().await;
+    trail.shutdown().await;
+}
+
+/// A node that stopped with one applied, unfinished update of r1 on `redis`.
+async fn stopped_with_pending(dir: &std::path::Path, url: &str) {
+    stopped_with_pending_on(dir, redis_store(url)).await;
+}
+
+/// A node that stopped with one applied, unfinished update of r1 on `store`.
+pub(crate) async fn stopped_with_pending_on(dir: &std::path::Path, store: Arc<RouteStore>) {
+    let trail = open_trail(dir, true);
+    let routes = Routes::new(store.clone(), trail.clone());
+    routes
+        .create(
+            ctx("alice"),
+            "t1".into(),
+            new_route("r1", "https://example.test/a"),
+        )
+        .await
+        .unwrap();
+    leave_pending(&trail, &store, "r1", true).await;
+    trail.shutdown().await;
+}
+
+/// A pending row never holds its entity: the entity is beside it (`q`+id, same batch) and
+/// moves to the outbox with the row it settles into.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_rows_entity_is_beside_it_never_in_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<RouteStore> = Arc::new(MemoryStore::<Route>::default());
+    stopped_with_pending_on(dir.path(), store.clone()).await;
+    let trail = open_trail(dir.path(), true);
+    let pending = ankusa::audit::pending_rows(trail.store()).unwrap();
+    let id = pending[0].0;
+    let raw = trail
+        .store()
+        .get(Cf::Audit, &keys::pending_key(id))
+        .unwrap()
+        .unwrap();
+    let raw: serde_json::Value = serde_json::from_slice(&raw).unwrap();
+    assert!(raw.get("entity").is_none(), "{raw}");
+    let beside = trail
+        .store()
+        .get(Cf::Audit, &keys::pending_entity_key(id))
+        .unwrap()
+        .expect("the entity beside the pending row");
+    let beside: serde_json::Value = serde_json::from_slice(&beside).unwrap();
+    assert_eq!(beside["destination"], "https://example.test/b");
+    let settling = settling(
+        &trail,
+        store,
+        Duration::from_millis(100),
+        Duration::from_secs(10),
+    );
+    wait_settled(trail.store(), Duration::from_secs(10)).await;
+    let rows = route_rows(trail.store(), "r1");
+    assert_eq!((rows[1].result, rows[1].publish), (RowResult::Ok, true));
+    assert_eq!(entity(trail.store(), rows[1].seq), Some(beside));
+    let gone = trail.store().get(Cf::Audit, &keys::pending_entity_key(id));
+    assert_eq!(gone.unwrap(), None);
+    settling.stop().await;
+    trail.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_at_boot_for_five_seconds_settles_once_it_is_back() {
+    let mut redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    stopped_with_pending(dir.path(), &redis.url()).await;
+    redis.stop();
+    let trail = open_trail(dir.path(), true);
+    let settling = settling(
+        &trail,
+        redis_store(&redis.url()),
+        Duration::from_millis(250),
+        Duration::from_secs(30),
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        ankusa::audit::pending_rows(trail.store()).unwrap().len(),
+        1,
+        "waits for Redis"
+    );
+    redis.restart();
+    wait_settled(trail.store(), Duration::from_secs(15)).await;
+    let rows = route_rows(trail.store(), "r1");
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[1].result, RowResult::Ok);
+    assert!(rows[1].publish && !rows[1].refresh);
+    assert_eq!(rows[1].actor, "alice");
+    settling.stop().await;
+    trail.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_longer_than_the_window_settles_interrupted() {
+    let mut redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    stopped_with_pending(dir.path(), &redis.url()).await;
+    redis.stop();
+    let trail = open_trail(dir.path(), true);
+    let settling = settling(
+        &trail,
+        redis_store(&redis.url()),
+        Duration::from_millis(200),
+        Duration::from_secs(2),
+    );
+    wait_settled(trail.store(), Duration::from_secs(15)).await;
+    let rows = route_rows(trail.store(), "r1");
+    assert_eq!(rows[1].result, RowResult::Interrupted);
+    assert!(
+        !rows[1].refresh && !rows[1].publish,
+        "nothing read, nothing to refresh"
+    );
+    settling.stop().await;
+    trail.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_by_someone_else_before_settlement_is_interrupted_with_refresh() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    stopped_with_pending(dir.path(), &redis.url()).await;
+    // Another node changes r1 before this one comes back.
+    let other = redis_store(&redis.url());
+    let mut theirs = other.get("t1", "r1").await.unwrap().unwrap();
+    theirs.enabled = false;
+    theirs.revision = 3;
+    other.put(&theirs, 2).await.unwrap();
+    let trail = open_trail(dir.path(), true);
+    let settling = settling(
+        &trail,
+        redis_store(&redis.url()),
+        Duration::from_millis(100),
+        Duration::from_secs(5),
+    );
+    wait_settled(trail.store(), Duration::from_secs(10)).await;
+    let rows = route_rows(trail.store(), "r1");
+    assert_eq!(rows[1].result, RowResult::Interrupted);
+    assert!(
+        rows[1].refresh && rows[1].publish,
+        "flagged for a state-refresh event"
+    );
+    let present = entity(trail.store(), rows[1].seq).expect("refresh entity");
+    assert_eq!(present, serde_json::to_value(&theirs).unwrap());
+    settling.stop().await;
+    trail.shutdown().await;
+}
+
+/// A route store whose next `get` answers 300 ms after it read: the window in which a change
+/// could land between settlement's read and the row it settles with.
+#[derive(Debug, Default)]
+struct SlowNextRead {
+    inner: MemoryStore<Route>,
+    slow: AtomicBool,
+    reading: tokio::sync::Notify,
+}
+
+#[async_trait::async_trait]
+impl RemoteStore<Route> for SlowNextRead {
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+    async fn tenants(&self) -> Result<Vec<String>, StoreError> {
+        self.inner.tenants().await
+    }
+    async fn get(&self, tenant: &str, id: &str) -> Result<Option<Route>, StoreError> {
+        let read = self.inner.get(tenant, id).await;
+        if self.slow.swap(false, Ordering::SeqCst) {
+            self.reading.notify_one();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        read
+    }
+    async fn list(
+        &self,
+        tenant: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Route>, StoreError> {
+        self.inner.list(tenant, after, limit).await
+    }
+    async fn put(&self, route: &Route, expected: u64) -> Result<Cas, StoreError> {
+        self.inner.put(route, expected).await
+    }
+    async fn delete(&self, tenant: &str, id: &str, expected: u64) -> Result<Cas, StoreError> {
+        self.inner.delete(tenant, id, expected).await
+    }
+}
+
+/// An operator's change of a route while settlement is between reading it and settling its
+/// pending row waits for that row: the rows (and the events a replica applies in seq order)
+/// end with the operator's state, which the store holds. Settled after the change, the row
+/// would have put the older state it read last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_waits_for_the_settlement_of_its_subject_in_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let slow = Arc::new(SlowNextRead::default());
+    let store: Arc<RouteStore> = slow.clone();
+    stopped_with_pending_on(dir.path(), store.clone()).await;
+
+    slow.slow.store(true, Ordering::SeqCst);
+    let trail = open_trail(dir.path(), true);
+    let settling = settling(
+        &trail,
+        store.clone(),
+        Duration::from_millis(100),
+        Duration::from_secs(5),
+    );
+    slow.reading.notified().await;
+    let patch = RoutePatch {
+        destination: Some("https://example.test/c".into()),
+        ..RoutePatch::default()
+    };
+    let changed = settling
+        .routes
+        .update(ctx("bob"), "t1".into(), "r1".into(), patch, None)
+        .await
+        .unwrap();
+    assert_eq!(changed.revision, 3);
+    wait_settled(trail.store(), Duration::from_secs(10)).await;
+
+    let rows = route_rows(trail.store(), "r1");
+    let order: Vec<(RowResult, Option<u64>, &str)> = rows
+        .iter()
+        .map(|r| (r.result, r.revision, r.actor.as_str()))
+        .collect();
+    assert_eq!(
+        order,
+        vec![
+            (RowResult::Ok, Some(1), "alice"),
+            (RowResult::Ok, Some(2), "alice"),
+            (RowResult::Ok, Some(3), "bob"),
+        ]
+    );
+    let last = entity(trail.store(), rows[2].seq).expect("entity");
+    assert_eq!(last["destination"], "https://example.test/c");
+    settling.stop().await;
+    trail.shutdown().await;
+}
+
+/// The node itself (config, boot, settlement task) settles what a crash left, while it
+/// serves: the row shows up through the audit API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_booting_node_settles_what_the_last_run_left() {
+    use crate::support::node::{config, AUDITOR};
+
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    stopped_with_pending(&data, &redis.url()).await;
+    let url = redis.url();
+    let config = config(&data, |v| {
+        v["routes"]["store"] = json!("redis");
+        v["routes"]["redis_url"] = json!(url);
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let node = tokio::spawn(ankusa::node::serve(config, listener, async {
+        let _ = stopped.await;
+    }));
+    let client = reqwest::Client::new();
+    let settled = async || {
+        let reply = client
+            .get(format!("{base}/admin/v1/audit?resource=routes/"))
+            .bearer_auth(AUDITOR)
+            .send()
+            .await
+            .ok()?;
+        let page: serde_json::Value = reply.json().await.unwrap_or_default();
+        let two = page["rows"].as_array().is_some_and(|r| r.len() == 2);
+        two.then(|| page["rows"].clone())
+    };
+    let bound = Duration::from_secs(15);
+    let rows = crate::support::eventually("the two route rows, settled", bound, settled).await;
+    assert_eq!(rows[1]["action"], "route.update");
+    assert_eq!(rows[1]["result"], "ok");
+    assert_eq!(rows[1]["publish"], true);
+    let _ = stop.send(());
+    node.await.unwrap().unwrap();
+}

@@ -1,0 +1,19 @@
+//! What the integration tests share: the node under test and its HTTP client (`node`), the
+//! real binary as a child process (`served`), trails on fresh stores (`trail`), a publisher
+//! and its file sink (`publisher`), Kafka readers (`kafka`), a real redis-server (`redis`),
+//! a failpoint that holds a thread (`held`), and the one [`eventually`].
+//!
+//! The webhook receiver and the Kafka-compatible broker are the sinks crate's
+//! (`ankusa_sinks::test_support`), shared with its own tests and the benchmarks.
+
+pub mod eventually;
+#[cfg(feature = "failpoints")]
+pub mod held;
+pub mod kafka;
+pub mod node;
+pub mod publisher;
+pub mod redis;
+pub mod served;
+pub mod trail;
+
+pub use eventually::eventually;

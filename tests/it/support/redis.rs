@@ -1,0 +1,114 @@
+//! A real `redis-server` for a test: on a free port of 127.0.0.1, its data in a temp dir
+//! (append-only, fsynced on every write, so a restart keeps everything), killed when dropped.
+//! `scripts/deps` installs redis-server when it is missing.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A redis-server the test owns.
+pub struct RedisServer {
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Start one on a free port and wait until it answers. A port that another test's server
+    /// took meanwhile is detected (that server keeps its data elsewhere) and another is tried.
+    pub fn start() -> RedisServer {
+        let mut server = RedisServer {
+            port: 0,
+            dir: tempfile::tempdir().expect("tempdir"),
+            child: None,
+        };
+        for _ in 0..5 {
+            server.port = TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port();
+            if server.launch() {
+                return server;
+            }
+        }
+        panic!("no redis-server of this test came up on a free port");
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Kill it (SIGKILL): every acknowledged write is in its fsynced append-only file.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Start it again on the same port and data, and wait until it answers.
+    pub fn restart(&mut self) {
+        assert!(
+            self.launch(),
+            "redis-server on port {} did not come back",
+            self.port
+        );
+    }
+
+    /// Spawn redis-server on `self.port` and wait until it answers as this test's server.
+    fn launch(&mut self) -> bool {
+        self.stop();
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .args(["--save", ""])
+            .args(["--appendonly", "yes"])
+            .args(["--appendfsync", "always"])
+            .args(["--protected-mode", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (scripts/deps installs it)");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Some(Ok(Some(_))) = self.child.as_mut().map(|c| c.try_wait()) {
+                // It exited: the port is taken.
+                self.child = None;
+                return false;
+            }
+            if self.answers() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.stop();
+        false
+    }
+
+    /// Whether the server on the port is this one: its data dir is ours.
+    fn answers(&self) -> bool {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+        let mut buf = [0u8; 4096];
+        // Redis reports the directory it changed into: the real path.
+        let dir = std::fs::canonicalize(self.dir.path()).unwrap_or_else(|_| self.dir.path().into());
+        let dir = dir.to_string_lossy().into_owned();
+        s.write_all(b"CONFIG GET dir\r\n").is_ok()
+            && s.read(&mut buf)
+                .is_ok_and(|n| String::from_utf8_lossy(&buf[..n]).contains(&dir))
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
