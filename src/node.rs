@@ -49,7 +49,8 @@ pub async fn serve(
         ..TrailOptions::default()
     };
     let (trail, closing) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-        std::fs::create_dir_all(&data_dir)
+        // The owner's only (0700): the trail, the token's digest and the outbox live here.
+        crate::store::owner_only::create_dir_all(&data_dir)
             .with_context(|| format!("creating node.data_dir {}", data_dir.display()))?;
         let store = Store::open(&data_dir)
             .with_context(|| format!("opening the store at {}", data_dir.display()))?;

@@ -24,6 +24,7 @@ use super::context::RequestId;
 use super::error::ApiError;
 use super::AppState;
 use crate::config::{Scope, TokenConfig};
+use crate::store::owner_only;
 use crate::telemetry;
 
 /// The file, in the data dir, that keeps the first-start admin token's digest.
@@ -47,6 +48,13 @@ pub enum TokenSetupError {
         /// What went wrong.
         source: std::io::Error,
     },
+    /// The first-start token could not be shown (stdout closed or full): nothing was kept,
+    /// so the next start makes another instead of locking the operator out.
+    #[error(
+        "could not print the first-start admin token on stdout ({0}); no digest was kept: \
+         start again with stdout open, or configure [[api.tokens]]"
+    )]
+    Print(#[source] std::io::Error),
     /// The digest file does not hold a digest.
     #[error(
         "{0}: does not hold a 64-hex-digit SHA-256 digest (delete it to make a new admin token)"
@@ -106,7 +114,8 @@ impl Tokens {
     }
 
     /// The configured tokens; with none configured, the first-start admin token: read from
-    /// `data_dir`, or made, written there (digest only) and printed once on `out`.
+    /// `data_dir`, or made, printed once on `out` and, once that worked, written there
+    /// (digest only, readable by the owner only).
     pub fn load_or_create(
         configured: &[TokenConfig],
         data_dir: &Path,
@@ -129,8 +138,10 @@ impl Tokens {
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let token = new_token();
+                // Shown first, kept after: a digest kept for a token no one saw would lock
+                // the operator out for good.
+                announce(out, &token, &path).map_err(TokenSetupError::Print)?;
                 write_digest_file(&path, &digest_hex(&token)).map_err(file_error)?;
-                announce(out, &token, &path).map_err(file_error)?;
                 telemetry::api::admin_token_created(&path);
                 Sha256::digest(token.as_bytes()).into()
             }
@@ -167,11 +178,7 @@ fn parse_digest(hex_digest: &str) -> Option<[u8; 32]> {
 /// crash never leaves a half-written file that would lock the operator out.
 fn write_digest_file(path: &Path, digest: &str) -> std::io::Result<()> {
     let tmp = path.with_extension("sha256.tmp");
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options.open(&tmp)?;
+    let mut file = owner_only::create_file(&tmp)?;
     writeln!(file, "{digest}")?;
     file.sync_all()?;
     std::fs::rename(&tmp, path)
@@ -289,6 +296,45 @@ mod tests {
         assert!(again.is_empty(), "printed only once");
         assert!(tokens.authenticate(&token).is_some());
         assert!(tokens.authenticate("ank_wrong").is_none());
+    }
+
+    /// A stdout that takes nothing.
+    struct Closed;
+
+    impl Write for Closed {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            Err(std::io::ErrorKind::BrokenPipe.into())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Err(std::io::ErrorKind::BrokenPipe.into())
+        }
+    }
+
+    #[test]
+    fn a_token_that_could_not_be_printed_is_not_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = Tokens::load_or_create(&[], dir.path(), &mut Closed).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("could not print the first-start admin token"),
+            "{err}"
+        );
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert!(left.is_empty(), "no digest file, not even a temporary one");
+        // The next start, with a stdout that works, makes one.
+        let mut out = Vec::new();
+        Tokens::load_or_create(&[], dir.path(), &mut out).unwrap();
+        assert!(String::from_utf8(out).unwrap().contains("ANKUSA_TOKEN="));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_digest_file_is_the_owners_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        Tokens::load_or_create(&[], dir.path(), &mut Vec::new()).unwrap();
+        let meta = std::fs::metadata(dir.path().join(ADMIN_TOKEN_FILE)).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
     }
 
     #[test]

@@ -7,6 +7,9 @@
 //! - The remote IP is the TCP peer's, unless the peer is a configured trusted proxy: then
 //!   it is the right-most `X-Forwarded-For` address that is not itself a trusted proxy.
 //!   Anyone else's `X-Forwarded-For` is ignored, so a client cannot choose its own address.
+//!   Entries may carry a port (`203.0.113.7:41234`, `[2001:db8::1]:443`); one that is no
+//!   address (`unknown`, an obfuscated `_hidden`) stops the walk at the peer. The header never
+//!   refuses a request: a trusted proxy's habits must not turn every write into a 400.
 //! - The actor is the token's name (see `auth`).
 
 use std::net::{IpAddr, SocketAddr};
@@ -118,14 +121,8 @@ impl FromRequestParts<AppState> for Origin {
             .extensions
             .get::<ConnectInfo<SocketAddr>>()
             .map(|ConnectInfo(addr)| addr.ip());
-        let remote_ip = match peer {
-            Some(peer) => Some(client_ip(
-                peer,
-                &parts.headers,
-                &state.admin.trusted_proxies,
-            )?),
-            None => None,
-        };
+        let remote_ip =
+            peer.map(|peer| client_ip(peer, &parts.headers, &state.admin.trusted_proxies));
         Ok(Origin {
             remote_ip,
             request_id,
@@ -133,38 +130,71 @@ impl FromRequestParts<AppState> for Origin {
     }
 }
 
-/// The client behind `peer`: `peer` itself unless it is a trusted proxy.
-pub fn client_ip(
-    peer: IpAddr,
-    headers: &HeaderMap,
-    trusted: &[TrustedProxy],
-) -> Result<IpAddr, ApiError> {
+/// The client behind `peer`: `peer` itself unless it is a trusted proxy (see the module doc).
+pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &[TrustedProxy]) -> IpAddr {
     let is_trusted = |ip: IpAddr| trusted.iter().any(|t| t.contains(ip));
     if !is_trusted(peer) {
-        return Ok(peer);
+        return peer;
     }
-    let bad = || {
-        ApiError::bad(
-            "X-Forwarded-For",
-            "must be a comma-separated list of IP addresses",
-        )
-    };
     let mut hops = Vec::new();
     for value in headers.get_all("x-forwarded-for") {
-        let value = value.to_str().map_err(|_| bad())?;
-        for hop in value.split(',') {
-            hops.push(hop.trim().parse::<IpAddr>().map_err(|_| bad())?);
-        }
+        // Not text: no hop in it can be believed, so none beyond it either.
+        let Ok(value) = value.to_str() else {
+            hops.push(None);
+            continue;
+        };
+        let entries = value.split(',').map(str::trim).filter(|e| !e.is_empty());
+        hops.extend(entries.map(hop_address));
     }
     // Right to left: each trusted proxy appended the address it saw; the first address no
-    // trusted proxy owns is the client. All trusted: the left-most is as far as we can see.
-    let client = hops
-        .iter()
-        .rev()
-        .find(|ip| !is_trusted(**ip))
-        .or(hops.first())
-        .copied();
-    Ok(client.unwrap_or(peer))
+    // trusted proxy owns is the client. An entry that is no address (`unknown`, `_hidden`)
+    // hides who is beyond it: the peer is as far as we can see. All trusted: the left-most.
+    let mut left_most = None;
+    for hop in hops.iter().rev() {
+        match hop {
+            Some(ip) if is_trusted(*ip) => left_most = Some(*ip),
+            Some(ip) => return *ip,
+            None => return peer,
+        }
+    }
+    left_most.unwrap_or(peer)
+}
+
+/// The address of one `X-Forwarded-For` entry as proxies write it: `203.0.113.7`,
+/// `203.0.113.7:41234`, `2001:db8::1`, `[2001:db8::1]` or `[2001:db8::1]:443`, quoted or
+/// not (RFC 7239 style); `None` for anything else (`unknown`, an obfuscated `_hidden`).
+fn hop_address(entry: &str) -> Option<IpAddr> {
+    let entry = entry
+        .strip_prefix('"')
+        .and_then(|e| e.strip_suffix('"'))
+        .unwrap_or(entry);
+    if let Ok(ip) = entry.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    if let Some(rest) = entry.strip_prefix('[') {
+        let (ip, after) = rest.split_once(']')?;
+        let ip = ip.parse::<std::net::Ipv6Addr>().ok()?;
+        return match after {
+            "" => Some(IpAddr::V6(ip)),
+            _ => after
+                .strip_prefix(':')
+                .filter(|p| is_port(p))
+                .map(|_| IpAddr::V6(ip)),
+        };
+    }
+    let (ip, port) = entry.split_once(':')?;
+    let ip = ip.parse::<std::net::Ipv4Addr>().ok()?;
+    is_port(port).then_some(IpAddr::V4(ip))
+}
+
+/// A port number, or an RFC 7239 obfuscated port (`_` and letters, digits, `.`, `_`, `-`).
+fn is_port(port: &str) -> bool {
+    let obfuscated = port.len() > 1
+        && port.starts_with('_')
+        && port
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    obfuscated || (port.bytes().all(|b| b.is_ascii_digit()) && port.parse::<u16>().is_ok())
 }
 
 /// The context of a change: an `admin:write` caller and where it asked from.
@@ -199,22 +229,56 @@ mod tests {
         let proxy: IpAddr = "10.1.1.1".parse().unwrap();
         let stranger: IpAddr = "198.51.100.1".parse().unwrap();
         let h = xff("203.0.113.9, 10.2.2.2");
-        assert_eq!(client_ip(stranger, &h, &trusted).unwrap(), stranger);
-        assert_eq!(
-            client_ip(proxy, &h, &trusted).unwrap().to_string(),
-            "203.0.113.9"
-        );
+        assert_eq!(client_ip(stranger, &h, &trusted), stranger);
+        assert_eq!(client_ip(proxy, &h, &trusted).to_string(), "203.0.113.9");
         let spoofed = xff("1.2.3.4, 203.0.113.9");
         assert_eq!(
-            client_ip(proxy, &spoofed, &trusted).unwrap().to_string(),
+            client_ip(proxy, &spoofed, &trusted).to_string(),
             "203.0.113.9"
         );
-        assert_eq!(
-            client_ip(proxy, &HeaderMap::new(), &trusted).unwrap(),
-            proxy
+        assert_eq!(client_ip(proxy, &HeaderMap::new(), &trusted), proxy);
+        assert_eq!(client_ip(proxy, &xff("nope"), &trusted), proxy);
+        assert_eq!(client_ip(stranger, &xff("nope"), &trusted), stranger);
+    }
+
+    #[test]
+    fn forwarded_for_takes_ports_brackets_and_tokens() {
+        let trusted = [TrustedProxy::try_from("10.0.0.0/8".to_owned()).unwrap()];
+        let proxy: IpAddr = "10.1.1.1".parse().unwrap();
+        let client = |v: &str| client_ip(proxy, &xff(v), &trusted).to_string();
+        // An address with a port, bracketed or not.
+        assert_eq!(client("203.0.113.7:41234"), "203.0.113.7");
+        assert_eq!(client("[2001:db8::1]:443"), "2001:db8::1");
+        assert_eq!(client("[2001:db8::1]"), "2001:db8::1");
+        assert_eq!(client("2001:db8::1"), "2001:db8::1");
+        assert_eq!(client("\"[2001:db8::1]:443\""), "2001:db8::1");
+        assert_eq!(client("203.0.113.7:_port"), "203.0.113.7");
+        // Trusted hops with ports are walked over like any other.
+        assert_eq!(client("203.0.113.7, 10.2.2.2:8080"), "203.0.113.7");
+        // An empty entry (a stray comma) is no hop.
+        assert_eq!(client("203.0.113.7, "), "203.0.113.7");
+        // Not an address: nothing beyond it can be believed, so the peer it came from.
+        for token in [
+            "unknown",
+            "_hidden",
+            "203.0.113.7, unknown",
+            "203.0.113.7, _hidden, 10.2.2.2",
+            "nope",
+            "203.0.113.7:99999",
+            "[2001:db8::1",
+            "2001:db8::1]:443",
+        ] {
+            assert_eq!(client(token), proxy.to_string(), "{token}");
+        }
+        // Tokens left of the client do not matter.
+        assert_eq!(client("unknown, 203.0.113.7"), "203.0.113.7");
+        // A header that is not text at all is no refusal either.
+        let mut h = HeaderMap::new();
+        h.insert(
+            "x-forwarded-for",
+            HeaderValue::from_bytes(b"203.0.113.7\xff").unwrap(),
         );
-        assert!(client_ip(proxy, &xff("nope"), &trusted).is_err());
-        assert!(client_ip(stranger, &xff("nope"), &trusted).is_ok());
+        assert_eq!(client_ip(proxy, &h, &trusted), proxy);
     }
 
     #[test]

@@ -23,7 +23,7 @@ use rocksdb::checkpoint::Checkpoint;
 use rocksdb::{Env, ErrorKind};
 use serde::{Deserialize, Serialize};
 
-use super::{keys, keys::meta, Cf, Store, StoreError};
+use super::{keys, keys::meta, owner_only, Cf, Store, StoreError};
 
 /// The checkpoint a backup is made from, inside the store's directory.
 const CHECKPOINT_DIR: &str = ".ankusa-backup-checkpoint";
@@ -160,7 +160,8 @@ fn engine(path: &Path) -> Result<BackupEngine, BackupError> {
 impl BackupDir {
     /// Open the backup directory at `path`, creating it if missing (to back up into).
     pub fn create(path: &Path) -> Result<BackupDir, BackupError> {
-        std::fs::create_dir_all(path).map_err(|e| BackupError::io(path, e))?;
+        // The owner's only: a backup is the whole trail.
+        owner_only::create_dir_all(path).map_err(|e| BackupError::io(path, e))?;
         BackupDir::open_engine(path)
     }
 
@@ -327,13 +328,13 @@ impl BackupDir {
     /// Write the sidecar atomically: a temporary file, synced, renamed into place.
     fn write_sidecar(&self, sidecar: &Sidecar) -> Result<(), BackupError> {
         let dir = self.path.join(SIDECAR_DIR);
-        std::fs::create_dir_all(&dir).map_err(|e| BackupError::io(&dir, e))?;
+        owner_only::create_dir_all(&dir).map_err(|e| BackupError::io(&dir, e))?;
         let path = sidecar_path(&self.path, sidecar.id);
         let tmp = path.with_extension("json.tmp");
         let bytes = serde_json::to_vec_pretty(sidecar).expect("a sidecar always serializes");
         let write = || -> std::io::Result<()> {
             use std::io::Write as _;
-            let mut f = std::fs::File::create(&tmp)?;
+            let mut f = owner_only::create_file(&tmp)?;
             f.write_all(&bytes)?;
             f.sync_all()?;
             std::fs::rename(&tmp, &path)?;

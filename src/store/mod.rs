@@ -6,6 +6,7 @@
 
 pub mod backup;
 pub mod keys;
+pub mod owner_only;
 pub mod restore;
 
 use std::path::{Path, PathBuf};

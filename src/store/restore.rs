@@ -21,7 +21,7 @@ use rocksdb::WriteBatch;
 use serde::{Deserialize, Serialize};
 
 use super::backup::{last_seq, remove_dir_if_present, BackupDir, BackupError};
-use super::{keys, keys::meta, Cf, Store};
+use super::{keys, keys::meta, owner_only, Cf, Store};
 
 /// The value of `m:incarnation_pending`: what was restored, for the `instance.restore` row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,7 +102,7 @@ impl Held {
     /// Take the lock of the store at `path`; a refusal when another process holds it.
     fn take(path: &Path) -> Result<Held, BackupError> {
         let path = path.join("LOCK");
-        let lock = std::fs::OpenOptions::new()
+        let lock = owner_only::options()
             .write(true)
             .create(true)
             .truncate(false)
@@ -226,7 +226,7 @@ fn temp_sibling(target: &Path) -> Result<PathBuf, BackupError> {
         Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
         _ => PathBuf::from("."),
     };
-    std::fs::create_dir_all(&parent).map_err(|e| BackupError::io(&parent, e))?;
+    owner_only::create_dir_all(&parent).map_err(|e| BackupError::io(&parent, e))?;
     Ok(parent.join(format!(".{name}.restore-{}", uuid::Uuid::new_v4().simple())))
 }
 
@@ -310,7 +310,7 @@ fn carry(from: &Path, to: &Path, carry: &[Carry]) -> Result<Vec<Carry>, BackupEr
         }
         let dest = to.join(&file.path);
         let dir = dest.parent().unwrap_or(to);
-        std::fs::create_dir_all(dir).map_err(|e| BackupError::io(dir, e))?;
+        owner_only::create_dir_all(dir).map_err(|e| BackupError::io(dir, e))?;
         if dest.exists() {
             return Err(BackupError::Refused(format!(
                 "{} is in the backup too: not carrying the replaced store's over it",

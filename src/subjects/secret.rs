@@ -4,9 +4,10 @@
 //! A source's secret must appear nowhere the node writes: not in a row, not in a response, not
 //! in a log line and not in the RocksDB files (whose WAL is plain bytes). So the store keeps a
 //! verifier: a random salt and SHA-256(salt ‖ secret). It can tell whether a presented
-//! secret is the one that was set (to authenticate the source, and to see that an update sets
-//! the same secret again), it changes whenever the secret changes (so the row's hashes show
-//! that it changed), and it gives the secret back to no one. A feature that needs the
+//! secret is the one that was set (to authenticate the source), it changes whenever a secret
+//! is set (so the row's hashes show that it was), and it gives the secret back to no one. An
+//! update never asks it whether a sent secret is the one already set: the answer would show
+//! in the response (see `sources::patched`). A feature that needs the
 //! plaintext later (signing outbound requests) needs a key kept outside the data dir.
 
 use serde::{Deserialize, Serialize};

@@ -5,7 +5,8 @@
 //! `"[redacted]"`. Sources are the one local kind with lifecycle events: each change's row
 //! carries the redacted source as its outbox entity. An update is a patch: the fields it
 //! names replace the stored ones (`config` as a whole), the others stay, so a secret never
-//! has to be sent again to change something else.
+//! has to be sent again to change something else. A secret that is sent is always set anew,
+//! with its row, so that no answer tells whether it was the one already set.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -162,7 +163,8 @@ pub(crate) fn created(tenant: String, input: NewSource) -> (Source, Map<String, 
     (source, detail)
 }
 
-/// Apply `patch` to source `id` of `tenant`. A patch that changes nothing writes no row.
+/// Apply `patch` to source `id` of `tenant`. A patch that changes nothing writes no row; one
+/// that names a secret always changes it.
 pub async fn update(
     trail: &Trail,
     ctx: Context,
@@ -206,7 +208,8 @@ pub async fn delete(
 }
 
 /// `patch` applied to `before`: the source after (at the next revision) and its row's detail,
-/// or `None` when it changes nothing.
+/// or `None` when it changes nothing. A secret it names is a change even when it is the one
+/// set already (see the comment inside).
 pub(crate) fn patched(before: &Source, patch: SourcePatch) -> Option<(Source, Map<String, Value>)> {
     let mut after = before.clone();
     let mut fields = 0u32;
@@ -214,13 +217,12 @@ pub(crate) fn patched(before: &Source, patch: SourcePatch) -> Option<(Source, Ma
         after.kind = kind;
         fields += 1;
     }
-    // The same secret again is no change: the verifier can tell, and keeping it keeps the
-    // subject's hash.
+    // A secret sent is always a change, never compared with the one kept: "unchanged" would
+    // answer 200 where a change can be refused (a full backlog, a closed gate), and so tell
+    // an `admin:write` caller whether a guess was right. The fresh salt makes a new verifier.
     if let Some(secret) = patch.secret {
-        if !before.secret.as_ref().is_some_and(|v| v.matches(&secret)) {
-            after.secret = Some(Verifier::new(&secret));
-            fields += 1;
-        }
+        after.secret = Some(Verifier::new(&secret));
+        fields += 1;
     }
     if let Some(config) = patch.config.filter(|c| *c != before.config) {
         after.config = config;
@@ -300,4 +302,58 @@ fn check_config(config: &Map<String, Value>) -> Result<(), SubjectError> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source(secret: &str) -> Source {
+        Source {
+            id: "s1".into(),
+            tenant: "t1".into(),
+            kind: "webhook".into(),
+            secret: Some(Verifier::new(&Secret::new(secret))),
+            config: Map::new(),
+            revision: 1,
+        }
+    }
+
+    fn secret_patch(secret: &str) -> SourcePatch {
+        SourcePatch {
+            secret: Some(Secret::new(secret)),
+            ..SourcePatch::default()
+        }
+    }
+
+    #[test]
+    fn a_patch_naming_a_secret_is_a_change_whether_or_not_it_matches() {
+        let before = source("hunter2");
+        let same = patched(&before, secret_patch("hunter2")).expect("the same secret");
+        let other = patched(&before, secret_patch("hunter3")).expect("another secret");
+        for (after, detail) in [&same, &other] {
+            assert_eq!(after.revision, 2);
+            assert_eq!(detail, &Map::from_iter([("fields".into(), 1.into())]));
+            assert_ne!(after.secret, before.secret, "a fresh verifier");
+        }
+        assert!(same
+            .0
+            .secret
+            .as_ref()
+            .unwrap()
+            .matches(&Secret::new("hunter2")));
+        assert!(other
+            .0
+            .secret
+            .as_ref()
+            .unwrap()
+            .matches(&Secret::new("hunter3")));
+        // Without a secret, the same values are still no change.
+        let unchanged = SourcePatch {
+            kind: Some("webhook".into()),
+            config: Some(Map::new()),
+            ..SourcePatch::default()
+        };
+        assert!(patched(&before, unchanged).is_none());
+    }
 }

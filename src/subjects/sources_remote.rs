@@ -60,7 +60,7 @@ impl RemoteSources {
     }
 
     /// Apply `patch` to source `id` of `tenant` (`source.update`). A patch that changes
-    /// nothing writes no row.
+    /// nothing writes no row; one that names a secret always changes it (see `patched`).
     pub async fn update(
         &self,
         ctx: Context,

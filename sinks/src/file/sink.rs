@@ -153,18 +153,24 @@ fn open(path: &Path) -> io::Result<File> {
 }
 
 /// Opens `path` to read and append, creating it (and its directories) if missing; a file it
-/// creates has its directory synced, so that it is still there after a crash.
+/// creates has its directory synced, so that it is still there after a crash. What it
+/// creates is the owner's only (files 0600, directories 0700): the events describe every
+/// change. What exists keeps its mode.
 fn create(path: &Path) -> io::Result<File> {
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
     if let Some(dir) = dir {
-        std::fs::create_dir_all(dir)?;
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder.create(dir)?;
     }
     let existed = path.try_exists()?;
-    let file = OpenOptions::new()
-        .read(true)
-        .append(true)
-        .create(true)
-        .open(path)?;
+    let mut options = OpenOptions::new();
+    options.read(true).append(true).create(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let file = options.open(path)?;
     if !existed {
         File::open(dir.unwrap_or(Path::new(".")))?.sync_all()?;
     }

@@ -185,3 +185,17 @@ async fn an_unfinished_last_line_is_cut_off_before_appending() {
         expected_lines(&[(4, "a")])
     );
 }
+
+#[cfg(unix)]
+#[tokio::test]
+async fn the_events_file_and_its_new_dirs_are_the_owners_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a/b/events.jsonl");
+    let (sink, _) = config(&path).build().await.unwrap();
+    sink.healthcheck().await.unwrap();
+    assert_eq!(mode(&path), 0o600);
+    assert_eq!(mode(&dir.path().join("a/b")), 0o700);
+    assert_eq!(mode(&dir.path().join("a")), 0o700);
+}

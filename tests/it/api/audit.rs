@@ -204,10 +204,36 @@ async fn forwarded_for_is_believed_only_from_trusted_proxies() {
     assert_eq!(node.row(r.seq().unwrap()).await["remote_ip"], "203.0.113.7");
     let r = create(&node, "b", "2001:db8::1").await;
     assert_eq!(node.row(r.seq().unwrap()).await["remote_ip"], "2001:db8::1");
-    let bad = create(&node, "c", "203.0.113.7, <script>").await;
-    assert_error(&bad, 400, "bad_request");
-    assert_eq!(bad.json()["field"], "X-Forwarded-For");
-    assert_eq!(node.rows().await.len(), 2);
+    // Not an address: the peer, and no refusal (issue 17).
+    let odd = create(&node, "c", "203.0.113.7, <script>").await;
+    assert_eq!(node.row(odd.seq().unwrap()).await["remote_ip"], "127.0.0.1");
+    assert_eq!(node.rows().await.len(), 3);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn forwarded_for_takes_the_forms_proxies_send() {
+    let node = TestNode::start_with(|c| c["api"]["trusted_proxies"] = json!(["127.0.0.0/8"])).await;
+    let cases = [
+        ("203.0.113.7:41234", "203.0.113.7"),
+        ("[2001:db8::1]:443", "2001:db8::1"),
+        ("[2001:db8::1]", "2001:db8::1"),
+        ("2001:db8::2", "2001:db8::2"),
+        (
+            "198.51.100.1, 203.0.113.8:8080, 127.0.0.2:80",
+            "203.0.113.8",
+        ),
+        // Not an address: the walk stops there, at the proxy that sent it.
+        ("unknown", "127.0.0.1"),
+        ("_hidden, 127.0.0.2", "127.0.0.1"),
+        ("203.0.113.9, unknown", "127.0.0.1"),
+    ];
+    for (i, (xff, client)) in cases.iter().enumerate() {
+        let r = create(&node, &format!("s{i}"), xff).await;
+        assert_eq!(r.status, StatusCode::CREATED, "{xff}: {}", r.text);
+        let row = node.row(r.seq().unwrap()).await;
+        assert_eq!(row["remote_ip"], *client, "{xff}");
+    }
     node.stop().await;
 }
 

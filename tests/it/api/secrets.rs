@@ -139,7 +139,11 @@ async fn the_secret_is_in_no_row_entity_response_log_or_file() {
     assert_eq!(got.json()["secret"], "[redacted]");
     node.call(Method::GET, SOURCES, READER, None).await;
     let rows = node.rows().await;
-    assert_eq!(rows.len(), 2, "create and one effective update");
+    assert_eq!(
+        rows.len(),
+        3,
+        "create and two updates (a secret sent is always set)"
+    );
     node.row(2).await;
 
     // Responses.
@@ -179,7 +183,7 @@ async fn the_secret_is_in_no_row_entity_response_log_or_file() {
             true
         })
         .unwrap();
-    assert_eq!(entities.len(), 2, "one entity per source change");
+    assert_eq!(entities.len(), 3, "one entity per source change");
     for e in &entities {
         assert_eq!(e["secret"], "[redacted]", "{e}");
         for s in secrets {
@@ -244,7 +248,8 @@ async fn changing_only_the_secret_changes_the_hash_and_nothing_readable() {
     );
     assert_eq!(r2["action"], "source.update");
 
-    // The same secret again is no change: no row, same revision, same hash.
+    // The same secret again is a change like any other (a row): telling it apart would let
+    // a caller test a guess (issue 17).
     let again = node
         .call(
             Method::PATCH,
@@ -254,8 +259,8 @@ async fn changing_only_the_secret_changes_the_hash_and_nothing_readable() {
         )
         .await;
     assert_eq!(again.status, StatusCode::OK);
-    assert_eq!(again.seq(), None);
-    assert_eq!(again.json(), after);
+    assert!(again.seq().is_some());
+    assert_eq!(again.json()["revision"], 3);
     // Setting the first secret back makes a new hash (salted): an auditor cannot tell a
     // secret came back, nor test a guess.
     let back = node
@@ -268,6 +273,6 @@ async fn changing_only_the_secret_changes_the_hash_and_nothing_readable() {
         .await;
     let r3 = node.row(back.seq().unwrap()).await;
     assert_ne!(r3["after_hash"], r1["after_hash"]);
-    assert_eq!(node.rows().await.len(), 3);
+    assert_eq!(node.rows().await.len(), 4);
     node.stop().await;
 }

@@ -204,7 +204,7 @@ async fn no_op_requests_write_no_row() {
             Method::PATCH,
             &item,
             ADMIN,
-            Some(json!({"kind": "webhook", "secret": "x1", "config": {"a": 1}})),
+            Some(json!({"kind": "webhook", "config": {"a": 1}})),
         )
         .await;
     assert_eq!(same.status, StatusCode::OK, "{}", same.text);

@@ -1,4 +1,5 @@
 //! The node as an operator runs it: its log lines, and every shipped config file.
 
 mod config_files;
+mod files;
 mod logging;
