@@ -5,17 +5,20 @@
 //! module only gives it the handle, the options and the meta codec.
 
 pub mod backup;
+mod cursor;
 pub mod keys;
+mod options;
 pub mod owner_only;
 pub mod restore;
+
+pub use cursor::Cursor;
+pub use options::BLOCK_CACHE_BYTES;
+use options::{cf_descriptors, db_options};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rocksdb::{
-    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType,
-    IteratorMode, Options, ReadOptions, WriteBatch, WriteOptions, DB,
-};
+use rocksdb::{ColumnFamily, IteratorMode, ReadOptions, WriteBatch, WriteOptions, DB};
 
 /// A column family of the node's store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -302,67 +305,6 @@ impl Store {
     }
 }
 
-/// A forward cursor over one key prefix of a column family (see [`Store::cursor`]). Keys
-/// and values are lent, not copied: they are valid until the cursor moves.
-pub struct Cursor<'a> {
-    iter: rocksdb::DBRawIterator<'a>,
-    prefix: Vec<u8>,
-    /// Whether the cursor was ever placed (by a seek).
-    placed: bool,
-}
-
-impl Cursor<'_> {
-    /// How many entries [`advance_to`](Cursor::advance_to) steps over before a seek is
-    /// cheaper.
-    const MAX_STEPS: usize = 8;
-
-    /// Place the cursor on the first entry at or after `key`.
-    pub fn seek(&mut self, key: &[u8]) {
-        self.iter.seek(key);
-        self.placed = true;
-    }
-
-    /// Move forward to the first entry at or after `key`. When it is a few entries ahead
-    /// (dense lookups in key order, the common case) the cursor steps to it, which costs a
-    /// fraction of a seek; farther away, or before the cursor was placed, it seeks. Never
-    /// moves back: a `key` behind the cursor leaves it where it is.
-    pub fn advance_to(&mut self, key: &[u8]) {
-        if !self.placed {
-            return self.seek(key);
-        }
-        for _ in 0..Self::MAX_STEPS {
-            match self.iter.key() {
-                Some(k) if k < key => self.iter.next(),
-                Some(_) => return,
-                // Past the last entry, or failed: a seek tells which (see `finish`).
-                None => break,
-            }
-        }
-        if self.iter.key().is_none_or(|k| k < key) {
-            self.iter.seek(key);
-        }
-    }
-
-    /// Step to the next entry.
-    pub fn next(&mut self) {
-        self.iter.next();
-    }
-
-    /// The entry under the cursor; `None` past the last entry of the prefix (or on an error,
-    /// which [`finish`](Cursor::finish) reports).
-    pub fn entry(&self) -> Option<(&[u8], &[u8])> {
-        match (self.iter.key(), self.iter.value()) {
-            (Some(k), Some(v)) if k.starts_with(&self.prefix) => Some((k, v)),
-            _ => None,
-        }
-    }
-
-    /// The error that stopped the cursor, if one did.
-    pub fn finish(&self) -> Result<(), StoreError> {
-        Ok(self.iter.status()?)
-    }
-}
-
 /// Decode a big-endian u64 value.
 pub fn decode_u64(v: &[u8]) -> Option<u64> {
     Some(u64::from_be_bytes(v.try_into().ok()?))
@@ -380,205 +322,5 @@ fn prefix_upper_bound(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
-fn db_options() -> Options {
-    let mut opts = Options::default();
-    // Two cores on the machines this runs on: one flush and one compaction thread.
-    opts.increase_parallelism(2);
-    opts.set_max_background_jobs(2);
-    // The WAL is the durability of every synced batch; keep it on (the default) and let
-    // RocksDB recover a torn tail record after a kill -9 rather than refuse to open.
-    opts.set_wal_recovery_mode(rocksdb::DBRecoveryMode::PointInTime);
-    // Smooth out fsync cost of flushes and compactions instead of one large sync at the end.
-    opts.set_bytes_per_sync(1 << 20);
-    opts.set_keep_log_file_num(10);
-    opts
-}
-
-/// Bytes of the block cache shared by every column family. Reads past it fall back to the
-/// OS page cache; the publisher reads the outbox sequentially, so a small cache costs little.
-pub const BLOCK_CACHE_BYTES: usize = 16 << 20;
-
-fn block_cache() -> &'static Cache {
-    static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
-    CACHE.get_or_init(|| Cache::new_lru_cache(BLOCK_CACHE_BYTES))
-}
-
-fn cf_descriptors() -> Vec<ColumnFamilyDescriptor> {
-    Cf::ALL
-        .iter()
-        .map(|cf| ColumnFamilyDescriptor::new(cf.name(), cf_options(*cf)))
-        .collect()
-}
-
-fn cf_options(cf: Cf) -> Options {
-    let mut opts = Options::default();
-    // LZ4: cheap on CPU, and JSON rows compress well.
-    opts.set_compression_type(DBCompressionType::Lz4);
-    let mut table = BlockBasedOptions::default();
-    // One block cache for every column family (RocksDB would give each its own): the
-    // node's memory stays bounded however many families are read.
-    table.set_block_cache(block_cache());
-    // Point reads of subjects and meta keys: a bloom filter saves a disk read on a miss.
-    table.set_bloom_filter(10.0, false);
-    // Index and filter blocks live in the shared cache too, so its size bounds them.
-    table.set_cache_index_and_filter_blocks(true);
-    table.set_pin_l0_filter_and_index_blocks_in_cache(true);
-    // A memtable allocates its arena in blocks of this size: small blocks keep a family
-    // that sees few writes (meta, positions, subjects) from holding megabytes.
-    opts.set_arena_block_size(1 << 20);
-    if cf == Cf::Audit {
-        // The trail is append-mostly and scanned in order; larger memtables mean fewer,
-        // larger flushes under group commit.
-        opts.set_write_buffer_size(32 << 20);
-        // Larger blocks for the same reason: a scan (the publisher's pages, retention,
-        // recounts) reads, checks and decompresses a quarter as many, and LZ4 finds more to
-        // share in them. Point reads of a row or meta key are rare or cached.
-        table.set_block_size(16 << 10);
-    }
-    opts.set_block_based_table_factory(&table);
-    opts
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn prefix_upper_bound_is_tight() {
-        assert_eq!(prefix_upper_bound(b"a"), Some(b"b".to_vec()));
-        assert_eq!(prefix_upper_bound(b"m:"), Some(b"m;".to_vec()));
-        assert_eq!(prefix_upper_bound(&[1, 0xff]), Some(vec![2]));
-        assert_eq!(prefix_upper_bound(&[0xff]), None);
-    }
-
-    #[tokio::test]
-    async fn closing_resolves_once_the_last_clone_is_dropped_and_the_lock_is_free() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
-        let reader = store.clone();
-        let closing = store.closing();
-        let mut waiting = tokio::spawn(closing.wait());
-        drop(store);
-        let early = tokio::time::timeout(std::time::Duration::from_millis(50), &mut waiting).await;
-        assert!(early.is_err(), "resolved while a clone was still open");
-        assert!(
-            Store::open(dir.path()).is_err(),
-            "the lock was free too soon"
-        );
-        std::thread::spawn(move || drop(reader)).join().unwrap();
-        waiting.await.unwrap();
-        Store::open(dir.path()).expect("the lock is free once closing resolved");
-        // A store already closed resolves at once.
-        let store = Store::open(dir.path()).unwrap();
-        let closing = store.closing();
-        drop(store);
-        closing.wait().await;
-    }
-
-    #[test]
-    fn quiesce_leaves_no_memtable_and_no_compaction_behind() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
-        let audit = store.cf(Cf::Audit);
-        let int = |name: &str| {
-            store
-                .db
-                .property_int_value_cf(audit, name)
-                .unwrap()
-                .unwrap()
-        };
-        // Eight table files in level 0 (twice the compaction trigger), then a write that
-        // is only in the memtable.
-        for file in 0u32..8 {
-            let mut b = WriteBatch::default();
-            for n in 0u32..100 {
-                b.put_cf(audit, [file.to_be_bytes(), n.to_be_bytes()].concat(), b"v");
-            }
-            store.write(b, false).unwrap();
-            store.db.flush_cf(audit).unwrap();
-        }
-        store.db.put_cf(audit, b"last", b"v").unwrap();
-        assert_eq!(int("rocksdb.num-entries-active-mem-table"), 1);
-        store.quiesce().unwrap();
-        assert_eq!(int("rocksdb.num-entries-active-mem-table"), 0);
-        assert_eq!(int("rocksdb.compaction-pending"), 0);
-        assert_eq!(int("rocksdb.num-running-compactions"), 0);
-        assert!(int("rocksdb.num-files-at-level0") < 4);
-        assert_eq!(
-            store.get(Cf::Audit, b"last").unwrap().as_deref(),
-            Some(&b"v"[..])
-        );
-    }
-
-    #[test]
-    fn scan_stays_inside_prefix() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
-        let mut b = WriteBatch::default();
-        for k in [&b"a1"[..], b"a2", b"b1", b"m:x"] {
-            b.put_cf(store.cf(Cf::Audit), k, b"v");
-        }
-        store.write(b, true).unwrap();
-        let mut seen = vec![];
-        store
-            .scan(Cf::Audit, b"a", b"a", |k, _| {
-                seen.push(k.to_vec());
-                true
-            })
-            .unwrap();
-        assert_eq!(seen, vec![b"a1".to_vec(), b"a2".to_vec()]);
-    }
-
-    #[test]
-    fn cursor_advances_to_the_first_entry_at_or_after_each_target_near_or_far() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
-        let key = |n: u32| [&b"a"[..], &n.to_be_bytes()].concat();
-        let mut b = WriteBatch::default();
-        // Every even number below 200, then 1000; and an entry past the prefix.
-        for n in (0..200).step_by(2).chain([1000]) {
-            b.put_cf(store.cf(Cf::Audit), key(n), n.to_be_bytes());
-        }
-        b.put_cf(store.cf(Cf::Audit), b"b", b"x");
-        store.write(b, true).unwrap();
-        // Near targets (stepped to), a missing one (lands on the next), far ones (sought),
-        // one behind the cursor (stays), one past every entry of the prefix (ends the walk).
-        let targets = [0u32, 2, 4, 5, 10, 100, 101, 198, 500, 400, 1000, 1001, 1002];
-        let mut cursor = store.cursor(Cf::Audit, b"a");
-        let mut seen = vec![];
-        for target in targets {
-            cursor.advance_to(&key(target));
-            let found = cursor.entry().map(|(k, v)| {
-                assert_eq!(&k[1..], v);
-                u32::from_be_bytes(v.try_into().unwrap())
-            });
-            seen.push((target, found));
-        }
-        cursor.finish().unwrap();
-        let expected = [
-            (0, Some(0)),
-            (2, Some(2)),
-            (4, Some(4)),
-            (5, Some(6)),
-            (10, Some(10)),
-            (100, Some(100)),
-            (101, Some(102)),
-            (198, Some(198)),
-            (500, Some(1000)),
-            (400, Some(1000)),
-            (1000, Some(1000)),
-            (1001, None),
-            (1002, None),
-        ];
-        assert_eq!(seen, expected);
-        // A fresh cursor's first move is a seek; `next` walks on inside the prefix only.
-        let mut cursor = store.cursor(Cf::Audit, b"a");
-        cursor.seek(&key(196));
-        let mut walked = vec![];
-        while let Some((_, v)) = cursor.entry() {
-            walked.push(u32::from_be_bytes(v.try_into().unwrap()));
-            cursor.next();
-        }
-        assert_eq!(walked, vec![196, 198, 1000]);
-    }
-}
+mod tests;

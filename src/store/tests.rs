@@ -1,0 +1,142 @@
+//! The store's unit tests: meta codec, scans, cursors, quiesce.
+
+use super::*;
+
+#[test]
+fn prefix_upper_bound_is_tight() {
+    assert_eq!(prefix_upper_bound(b"a"), Some(b"b".to_vec()));
+    assert_eq!(prefix_upper_bound(b"m:"), Some(b"m;".to_vec()));
+    assert_eq!(prefix_upper_bound(&[1, 0xff]), Some(vec![2]));
+    assert_eq!(prefix_upper_bound(&[0xff]), None);
+}
+
+#[tokio::test]
+async fn closing_resolves_once_the_last_clone_is_dropped_and_the_lock_is_free() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let reader = store.clone();
+    let closing = store.closing();
+    let mut waiting = tokio::spawn(closing.wait());
+    drop(store);
+    let early = tokio::time::timeout(std::time::Duration::from_millis(50), &mut waiting).await;
+    assert!(early.is_err(), "resolved while a clone was still open");
+    assert!(
+        Store::open(dir.path()).is_err(),
+        "the lock was free too soon"
+    );
+    std::thread::spawn(move || drop(reader)).join().unwrap();
+    waiting.await.unwrap();
+    Store::open(dir.path()).expect("the lock is free once closing resolved");
+    // A store already closed resolves at once.
+    let store = Store::open(dir.path()).unwrap();
+    let closing = store.closing();
+    drop(store);
+    closing.wait().await;
+}
+
+#[test]
+fn quiesce_leaves_no_memtable_and_no_compaction_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let audit = store.cf(Cf::Audit);
+    let int = |name: &str| {
+        store
+            .db
+            .property_int_value_cf(audit, name)
+            .unwrap()
+            .unwrap()
+    };
+    // Eight table files in level 0 (twice the compaction trigger), then a write that
+    // is only in the memtable.
+    for file in 0u32..8 {
+        let mut b = WriteBatch::default();
+        for n in 0u32..100 {
+            b.put_cf(audit, [file.to_be_bytes(), n.to_be_bytes()].concat(), b"v");
+        }
+        store.write(b, false).unwrap();
+        store.db.flush_cf(audit).unwrap();
+    }
+    store.db.put_cf(audit, b"last", b"v").unwrap();
+    assert_eq!(int("rocksdb.num-entries-active-mem-table"), 1);
+    store.quiesce().unwrap();
+    assert_eq!(int("rocksdb.num-entries-active-mem-table"), 0);
+    assert_eq!(int("rocksdb.compaction-pending"), 0);
+    assert_eq!(int("rocksdb.num-running-compactions"), 0);
+    assert!(int("rocksdb.num-files-at-level0") < 4);
+    assert_eq!(
+        store.get(Cf::Audit, b"last").unwrap().as_deref(),
+        Some(&b"v"[..])
+    );
+}
+
+#[test]
+fn scan_stays_inside_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut b = WriteBatch::default();
+    for k in [&b"a1"[..], b"a2", b"b1", b"m:x"] {
+        b.put_cf(store.cf(Cf::Audit), k, b"v");
+    }
+    store.write(b, true).unwrap();
+    let mut seen = vec![];
+    store
+        .scan(Cf::Audit, b"a", b"a", |k, _| {
+            seen.push(k.to_vec());
+            true
+        })
+        .unwrap();
+    assert_eq!(seen, vec![b"a1".to_vec(), b"a2".to_vec()]);
+}
+
+#[test]
+fn cursor_advances_to_the_first_entry_at_or_after_each_target_near_or_far() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let key = |n: u32| [&b"a"[..], &n.to_be_bytes()].concat();
+    let mut b = WriteBatch::default();
+    // Every even number below 200, then 1000; and an entry past the prefix.
+    for n in (0..200).step_by(2).chain([1000]) {
+        b.put_cf(store.cf(Cf::Audit), key(n), n.to_be_bytes());
+    }
+    b.put_cf(store.cf(Cf::Audit), b"b", b"x");
+    store.write(b, true).unwrap();
+    // Near targets (stepped to), a missing one (lands on the next), far ones (sought),
+    // one behind the cursor (stays), one past every entry of the prefix (ends the walk).
+    let targets = [0u32, 2, 4, 5, 10, 100, 101, 198, 500, 400, 1000, 1001, 1002];
+    let mut cursor = store.cursor(Cf::Audit, b"a");
+    let mut seen = vec![];
+    for target in targets {
+        cursor.advance_to(&key(target));
+        let found = cursor.entry().map(|(k, v)| {
+            assert_eq!(&k[1..], v);
+            u32::from_be_bytes(v.try_into().unwrap())
+        });
+        seen.push((target, found));
+    }
+    cursor.finish().unwrap();
+    let expected = [
+        (0, Some(0)),
+        (2, Some(2)),
+        (4, Some(4)),
+        (5, Some(6)),
+        (10, Some(10)),
+        (100, Some(100)),
+        (101, Some(102)),
+        (198, Some(198)),
+        (500, Some(1000)),
+        (400, Some(1000)),
+        (1000, Some(1000)),
+        (1001, None),
+        (1002, None),
+    ];
+    assert_eq!(seen, expected);
+    // A fresh cursor's first move is a seek; `next` walks on inside the prefix only.
+    let mut cursor = store.cursor(Cf::Audit, b"a");
+    cursor.seek(&key(196));
+    let mut walked = vec![];
+    while let Some((_, v)) = cursor.entry() {
+        walked.push(u32::from_be_bytes(v.try_into().unwrap()));
+        cursor.next();
+    }
+    assert_eq!(walked, vec![196, 198, 1000]);
+}
