@@ -165,14 +165,14 @@ impl Trail {
         restore::first_boot::start_incarnation(&store, options.lifecycle, clock.as_ref())?;
         let Boot {
             hasher,
-            tally,
+            counters,
             history,
             refresh_pending,
         } = writer::boot(&store, &options.sinks)?;
         let dual = DualState::at_boot(&store)?;
         let running = writer::start(
             &store,
-            (hasher, tally),
+            (hasher, counters),
             &options,
             clock.clone(),
             dual.boot_last,

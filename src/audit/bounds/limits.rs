@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use super::prune;
 use super::usage::Usage;
-use crate::audit::writer::sync::Tally;
+use crate::audit::writer::sync::Counters;
 
 /// How long rows are kept, how large the trail may grow, and how far the lifecycle sinks may
 /// fall behind before operators' changes are refused.
@@ -111,14 +111,14 @@ impl SharedStats {
         SharedStats(Arc::new(Mutex::new(stats)))
     }
 
-    /// The stats of a trail booted with the counters `tally`, under `ceilings`.
-    pub(crate) fn at_boot(tally: &Tally, ceilings: Ceilings) -> SharedStats {
-        let cursor = prune::cursor(&tally.positions);
+    /// The stats of a trail booted with the counters `counters`, under `ceilings`.
+    pub(crate) fn at_boot(counters: &Counters, ceilings: Ceilings) -> SharedStats {
+        let cursor = prune::cursor(&counters.positions);
         SharedStats::new(TrailStats {
-            usage: tally.usage,
+            usage: counters.usage,
             ceilings,
             cursor,
-            backlog: prune::backlog(cursor, tally.last_seq),
+            backlog: prune::backlog(cursor, counters.last_seq),
             ..TrailStats::default()
         })
     }

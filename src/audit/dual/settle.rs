@@ -4,7 +4,7 @@
 //! the node runs (its id arrives on a channel), and those a crash left behind (found at boot:
 //! every pending id up to the last one handed out before this boot). For each, the subject's
 //! [`Reconcile`] reads its present state, and the writer compares its hash with the row's
-//! (see `pending.rs`). A store that cannot be read (Redis down, or not yet loaded at boot) is
+//! (see `writer_side.rs`). A store that cannot be read (Redis down, or not yet loaded at boot) is
 //! retried every `interval` for `window`, then the row settles `interrupted`. A subject with no
 //! reconciler settles `interrupted` at once. A settlement the trail's store refused is tried
 //! again, backing off, while the writer runs. The subject is held still on this node

@@ -3,7 +3,7 @@
 //!
 //! A restore rolls the trail back but not the route store (nor Redis sources): the changes the
 //! lost store made after the backup are still there, and a consumer that forgot them on
-//! `instance.restored` no longer knows them. So `m:refresh_pending` (left by `restore.rs` in
+//! `instance.restored` no longer knows them. So `m:refresh_pending` (left by `first_boot.rs` in
 //! the incarnation's batch) asks for one pass over each remote kind: [`Trail::remote_states`]
 //! scans the trail once and keeps, per subject, the hash of the state its newest row says;
 //! the caller (`subjects::remote::refresh`, which knows the stores) reads every subject's

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use rand::RngCore;
 use rocksdb::WriteBatch;
 
-use super::sync::Tally;
+use super::sync::Counters;
 use crate::audit::bounds::prune;
 use crate::audit::bounds::usage::Usage;
 use crate::audit::hash::{SubjectHasher, KEY_LEN};
@@ -22,7 +22,7 @@ pub(crate) struct Boot {
     /// Keyed with `m:audit_key`.
     pub hasher: SubjectHasher,
     /// The trail's counters as the store holds them.
-    pub tally: Tally,
+    pub counters: Counters,
     /// `m:incarnation`.
     pub history: History,
     /// `m:refresh_pending`: the first seq of the restored incarnation whose remote subjects
@@ -70,7 +70,7 @@ pub(crate) fn boot(store: &Store, sinks: &[String]) -> Result<Boot, StoreError> 
     }
     Ok(Boot {
         hasher: SubjectHasher::new(&key),
-        tally: Tally {
+        counters: Counters {
             last_seq,
             last_at,
             usage,

@@ -14,7 +14,7 @@ use rocksdb::WriteBatch;
 use super::admit::Admitted;
 use super::pipe::Pipe;
 use super::request::{Advance, Request};
-use super::sync::{Prepared, Taken, Tally};
+use super::sync::{Counters, Prepared, Taken};
 use super::tx::Overlay;
 use super::Writer;
 use crate::audit::bounds::limits::{Limits, Pruned};
@@ -71,14 +71,14 @@ impl Writer {
             g: Group {
                 batch: WriteBatch::default(),
                 overlay: Overlay::new(),
-                usage: self.tally.usage,
-                seq: self.tally.last_seq,
-                positions: self.tally.positions.clone(),
+                usage: self.counters.usage,
+                seq: self.counters.last_seq,
+                positions: self.counters.positions.clone(),
                 pruned: Pruned::default(),
                 refused: 0,
             },
             taken: Vec::new(),
-            at: self.clock.now_ms().max(self.tally.last_at),
+            at: self.clock.now_ms().max(self.counters.last_at),
             started: Instant::now(),
             epoch: pipe.epoch,
             advanced: false,
@@ -150,15 +150,15 @@ impl Writer {
             epoch,
             advanced,
         } = o;
-        let rows = g.seq - self.tally.last_seq;
+        let rows = g.seq - self.counters.last_seq;
         self.put_counters(&mut g, rows, advanced);
-        let tally = Tally {
+        let counters = Counters {
             last_seq: g.seq,
             last_at: at,
             usage: g.usage,
             positions: g.positions,
         };
-        self.tally = tally.clone();
+        self.counters = counters.clone();
         self.unsynced.push_back(g.overlay);
         let sync = taken.iter().any(Taken::needs_sync);
         Prepared {
@@ -167,7 +167,7 @@ impl Writer {
             taken,
             at,
             rows,
-            tally,
+            counters,
             pruned: g.pruned,
             refused: g.refused,
             started,

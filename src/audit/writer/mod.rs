@@ -49,7 +49,7 @@ use crate::audit::bounds::prune::Head;
 use crate::audit::hash::SubjectHasher;
 use crate::audit::{Clock, TrailOptions};
 use crate::store::{Store, StoreError};
-use sync::{Syncer, Tally};
+use sync::{Counters, Syncer};
 use tx::Overlay;
 
 /// The most requests one group commit takes: bounds the batch size and the latency of the
@@ -64,10 +64,10 @@ pub(crate) struct Writer {
     pub clock: Arc<dyn Clock>,
     /// The counters as the last group handed to the syncer leaves them: the next group
     /// starts from here.
-    pub tally: Tally,
+    pub counters: Counters,
     /// The counters as of the last group on disk: pruning reads the store only below its
-    /// seq, and a batch that fails rolls `tally` back to it.
-    pub written: Tally,
+    /// seq, and a batch that fails rolls `counters` back to it.
+    pub written: Counters,
     /// Whether lifecycle events are on: entities go to the outbox and rows are flagged.
     pub lifecycle: bool,
     /// The oldest rows, read ahead, for the ceilings and the retention sweep to delete.
@@ -93,28 +93,28 @@ pub(crate) struct Running {
     pub thread: JoinHandle<()>,
 }
 
-/// Start the writer and syncer threads on a booted store: the writer counts on from `tally`
+/// Start the writer and syncer threads on a booted store: the writer counts on from `counters`
 /// and hands out pending ids after `last_pending_id`.
 pub(crate) fn start(
     store: &Store,
-    (hasher, tally): (SubjectHasher, Tally),
+    (hasher, counters): (SubjectHasher, Counters),
     options: &TrailOptions,
     clock: Arc<dyn Clock>,
     last_pending_id: u64,
 ) -> Result<Running, StoreError> {
     let (requests, rx) = mpsc::channel(options.queue.max(1));
-    let (committed_tx, committed) = watch::channel(tally.last_seq);
-    let stats = SharedStats::at_boot(&tally, options.limits.ceilings());
+    let (committed_tx, committed) = watch::channel(counters.last_seq);
+    let stats = SharedStats::at_boot(&counters, options.limits.ceilings());
     crate::telemetry::audit::ceilings_configured(&options.limits.ceilings());
     let writer = Writer {
         store: store.clone(),
         rx,
         hasher,
         clock,
-        tally: tally.clone(),
-        written: tally.clone(),
+        counters: counters.clone(),
+        written: counters.clone(),
         lifecycle: options.lifecycle,
-        head: Head::new(tally.usage.from),
+        head: Head::new(counters.usage.from),
         limits: options.limits,
         last_pending_id,
         unsynced: Default::default(),
@@ -123,7 +123,7 @@ pub(crate) fn start(
         store: store.clone(),
         committed: committed_tx,
         stats: stats.clone(),
-        written: tally,
+        written: counters,
         failed: None,
     };
     let thread = pipe::spawn(writer, syncer).map_err(|e| StoreError::Corrupt {

@@ -12,7 +12,7 @@ use std::sync::{mpsc as std_mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 
 use super::group::Preparing;
-use super::sync::{self, BatchResult, Prepared, Syncer, Tally};
+use super::sync::{self, BatchResult, Counters, Prepared, Syncer};
 use super::Writer;
 
 /// The largest group the writer writes itself rather than hand to the syncer.
@@ -42,7 +42,7 @@ pub(super) struct Pipe {
 /// A group handed to the syncer, its result not yet heard.
 pub(super) struct HandedOver {
     /// The counters once it is written.
-    tally: Tally,
+    counters: Counters,
     /// Whether it deletes rows from the head of the trail.
     prunes: bool,
 }
@@ -95,7 +95,7 @@ impl Writer {
             && inline_allowed();
         let prepared = self.close(o);
         pipe.handed_over.push_back(HandedOver {
-            tally: prepared.tally.clone(),
+            counters: prepared.counters.clone(),
             prunes: self.head.staged() > 0,
         });
         self.head.handed_over();
@@ -137,7 +137,7 @@ impl Writer {
             self.apply_result(pipe, result);
         }
         if pipe.failed && pipe.handed_over.is_empty() {
-            self.tally = self.written.clone();
+            self.counters = self.written.clone();
             pipe.epoch += 1;
             pipe.failed = false;
         }
@@ -151,7 +151,7 @@ impl Writer {
         self.unsynced.pop_front();
         match result {
             BatchResult::Written => {
-                self.written = group.tally;
+                self.written = group.counters;
                 if group.prunes {
                     self.head.written();
                 }

@@ -34,7 +34,7 @@ const SPIN_BEFORE_PARK: Duration = Duration::from_micros(100);
 
 /// The trail's counters as a group leaves them.
 #[derive(Debug, Clone)]
-pub(crate) struct Tally {
+pub(crate) struct Counters {
     /// The last seq: the next row gets `last_seq + 1`.
     pub last_seq: u64,
     /// The `at` of the last row: rows never go back in time, whatever the wall clock does.
@@ -86,7 +86,7 @@ pub(crate) struct Prepared {
     /// Rows it adds.
     pub rows: u64,
     /// The counters once it is written.
-    pub tally: Tally,
+    pub counters: Counters,
     pub pruned: Pruned,
     /// Changes it refused for the ceilings or the backlog.
     pub refused: u64,
@@ -125,7 +125,7 @@ pub(crate) struct Syncer {
     /// What `Trail::stats` reads; updated after every group.
     pub stats: SharedStats,
     /// The counters as of the last written group.
-    pub written: Tally,
+    pub written: Counters,
     /// The epoch of the last batch that failed: its later groups are abandoned.
     pub failed: Option<u64>,
 }
@@ -163,7 +163,7 @@ impl Syncer {
         };
         match written {
             Ok(()) => {
-                self.written = p.tally;
+                self.written = p.counters;
                 // The writer hears first: it may be waiting on this group to go on.
                 let _ = results.send(BatchResult::Written);
                 self.note(p.pruned, p.refused);

@@ -30,7 +30,7 @@ use crate::audit::{Hold, Present, Reconcile, Reconcilers, Trail};
 use crate::store::StoreError;
 
 pub use gate::Gate;
-use order::Lanes;
+use order::SubjectLocks;
 
 /// A subject a [`RemoteStore`] keeps.
 pub trait RemoteSubject: Serialize + DeserializeOwned + Clone + Send + Sync + 'static {
@@ -101,7 +101,7 @@ pub struct Remote<T: RemoteSubject> {
     gate: Gate,
     /// One dual write at a time per subject, so that rows finish in the order the store
     /// applied them (see `order.rs`).
-    lanes: Lanes,
+    locks: SubjectLocks,
 }
 
 impl<T: RemoteSubject> Clone for Remote<T> {
@@ -110,7 +110,7 @@ impl<T: RemoteSubject> Clone for Remote<T> {
             store: self.store.clone(),
             trail: self.trail.clone(),
             gate: self.gate.clone(),
-            lanes: self.lanes.clone(),
+            locks: self.locks.clone(),
         }
     }
 }
@@ -122,7 +122,7 @@ impl<T: RemoteSubject> Remote<T> {
             store,
             trail,
             gate: Gate::default(),
-            lanes: Lanes::default(),
+            locks: SubjectLocks::default(),
         }
     }
 
@@ -141,7 +141,7 @@ impl<T: RemoteSubject> Remote<T> {
         let mut map = Reconcilers::new();
         let reconciler = Reconciler {
             store: self.store.clone(),
-            lanes: self.lanes.clone(),
+            locks: self.locks.clone(),
         };
         map.insert(T::KIND.to_owned(), Arc::new(reconciler));
         map
@@ -198,12 +198,12 @@ pub(crate) fn corrupt<T: RemoteSubject>(e: serde_json::Error) -> StoreError {
     }
 }
 
-/// Settles a kind's pending rows: reads the subject back from its store, in the subject's
-/// lane (see `order.rs`).
+/// Settles a kind's pending rows: reads the subject back from its store, holding the subject's
+/// lock (see `order.rs`).
 #[derive(Debug)]
 pub struct Reconciler<T: RemoteSubject> {
     store: Arc<dyn RemoteStore<T>>,
-    lanes: Lanes,
+    locks: SubjectLocks,
 }
 
 /// The tenant and id of a change's locator.
@@ -222,7 +222,7 @@ fn located<T: RemoteSubject>(locator: &Value) -> Result<(&str, &str), String> {
 impl<T: RemoteSubject> Reconcile for Reconciler<T> {
     async fn hold(&self, locator: &Value) -> Option<Hold> {
         let (tenant, id) = located::<T>(locator).ok()?;
-        Some(Box::new(self.lanes.enter(tenant, id).await))
+        Some(Box::new(self.locks.lock(tenant, id).await))
     }
 
     async fn present(&self, locator: &Value) -> Result<Option<Present>, String> {

@@ -3,11 +3,11 @@
 //! A dual write's row takes its seq when it is finished, not when the store applied it. Two
 //! changes of one subject made at once on this node could then apply in one order (revision
 //! 116, then 117) and finish in the other, and the trail, and the lifecycle events a replica
-//! applies in seq order, would end at 116 while the store holds 117. Holding a subject's lane
+//! applies in seq order, would end at 116 while the store holds 117. Holding a subject's lock
 //! from the store's compare-and-set to the row keeps finish order equal to apply order. Two
 //! such changes would race on the compare-and-set anyway (one of them is refused), so the
-//! lane costs them nothing; changes of other subjects share a lane only when their keys hash
-//! to the same one of a fixed set (lock striping). Settlement holds the lane too, from its read
+//! lock costs them nothing; changes of other subjects share a lock only when their keys hash
+//! to the same one of a fixed set (lock striping). Settlement holds the lock too, from its read
 //! of a subject to the row it settles with that state (see `Reconciler::hold`).
 
 use std::hash::BuildHasher;
@@ -15,38 +15,38 @@ use std::sync::Arc;
 
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
-/// How many lanes: enough that unrelated subjects rarely share one.
-const LANES: usize = 64;
+/// How many locks: enough that unrelated subjects rarely share one.
+const STRIPES: usize = 64;
 
-/// The lanes of one kind of subject, shared by every clone of its `Remote`.
+/// The locks of one kind of subject, shared by every clone of its `Remote`.
 #[derive(Clone)]
-pub(crate) struct Lanes {
-    lanes: Arc<[Arc<Mutex<()>>]>,
+pub(crate) struct SubjectLocks {
+    locks: Arc<[Arc<Mutex<()>>]>,
     hasher: std::collections::hash_map::RandomState,
 }
 
-impl Default for Lanes {
+impl Default for SubjectLocks {
     fn default() -> Self {
-        Lanes {
-            lanes: (0..LANES).map(|_| Arc::new(Mutex::new(()))).collect(),
+        SubjectLocks {
+            locks: (0..STRIPES).map(|_| Arc::new(Mutex::new(()))).collect(),
             hasher: Default::default(),
         }
     }
 }
 
-impl std::fmt::Debug for Lanes {
+impl std::fmt::Debug for SubjectLocks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Lanes")
-            .field("lanes", &self.lanes.len())
+        f.debug_struct("SubjectLocks")
+            .field("locks", &self.locks.len())
             .finish()
     }
 }
 
-impl Lanes {
-    /// Wait for the lane of subject `id` of `tenant`; it is held until the guard drops.
-    pub(crate) async fn enter(&self, tenant: &str, id: &str) -> OwnedMutexGuard<()> {
-        let lane = (self.hasher.hash_one((tenant, id)) as usize) % self.lanes.len();
-        Arc::clone(&self.lanes[lane]).lock_owned().await
+impl SubjectLocks {
+    /// Wait for the lock of subject `id` of `tenant`; it is held until the guard drops.
+    pub(crate) async fn lock(&self, tenant: &str, id: &str) -> OwnedMutexGuard<()> {
+        let stripe = (self.hasher.hash_one((tenant, id)) as usize) % self.locks.len();
+        Arc::clone(&self.locks[stripe]).lock_owned().await
     }
 }
 
@@ -58,12 +58,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_subject_has_one_change_at_a_time() {
-        let lanes = Lanes::default();
-        let held = lanes.enter("t1", "r1").await;
-        let again = tokio::time::timeout(Duration::from_millis(50), lanes.enter("t1", "r1"));
+        let locks = SubjectLocks::default();
+        let held = locks.lock("t1", "r1").await;
+        let again = tokio::time::timeout(Duration::from_millis(50), locks.lock("t1", "r1"));
         assert!(again.await.is_err(), "the same subject waits");
         drop(held);
-        let again = tokio::time::timeout(Duration::from_millis(50), lanes.enter("t1", "r1"));
+        let again = tokio::time::timeout(Duration::from_millis(50), locks.lock("t1", "r1"));
         assert!(again.await.is_ok(), "and goes once the first is done");
     }
 }

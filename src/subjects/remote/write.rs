@@ -4,7 +4,7 @@
 //!
 //! A change first passes the kind's gate (closed while a restore's refresh runs, see
 //! `gate.rs`). It runs in a task of its own, so a client that hangs up mid-change does not
-//! cut it short between the store's write and the row, holding its subject's lane (see
+//! cut it short between the store's write and the row, holding its subject's lock (see
 //! `order.rs`) so that its row finishes in the order the store applied it.
 
 use std::sync::Arc;
@@ -118,10 +118,10 @@ impl<T: RemoteSubject> Remote<T> {
             .entity(entity.into_value())
             .locate(T::KIND, json!({"tenant": tenant, "id": id}));
         change.detail = detail;
-        let (store, trail, lanes) = (self.store.clone(), self.trail.clone(), self.lanes.clone());
+        let (store, trail, locks) = (self.store.clone(), self.trail.clone(), self.locks.clone());
         let task = tokio::spawn(async move {
             // From the compare-and-set to the row, this subject's only change on this node.
-            let _lane = lanes.enter(&tenant, &id).await;
+            let _locked = locks.lock(&tenant, &id).await;
             trail
                 .record(ctx, change, || {
                     apply(store, tenant.clone(), id.clone(), after, expected)
