@@ -86,7 +86,8 @@ impl TryFrom<String> for TrustedProxy {
         }
         IpAddr::from_str(&s)
             .map(|ip| TrustedProxy(IpNet::from(ip)))
-            .map_err(|_| format!("`{s}` is neither an IP address nor a CIDR network"))
+            // Not the value: the error names the key, and a misplaced secret must not show.
+            .map_err(|_| "is neither an IP address nor a CIDR network".to_owned())
     }
 }
 

@@ -1,11 +1,12 @@
-//! Loading: the layers merged (embedded default, file, environment), extracted, validated,
-//! and figment's errors put in an operator's terms.
+//! Loading: the layers merged (embedded default, file, environment), extracted and
+//! validated; figment's errors are put in an operator's terms by `describe`.
 
 use std::path::Path;
 
 use figment::providers::{Env, Format, Toml};
 use figment::{Figment, Provider};
 
+use super::describe::describe;
 use super::{invalid, Config, ConfigError, DEFAULT_TOML};
 
 impl Config {
@@ -26,10 +27,10 @@ impl Config {
             .filter(|k| k.as_str().contains("__"))
             .split("__");
         let env_name = env.metadata().name;
+        let figment = figment.merge(env);
         let config: Config = figment
-            .merge(env)
             .extract()
-            .map_err(|e| ConfigError::Parse(describe(e, &env_name, prefix)))?;
+            .map_err(|e| ConfigError::Parse(describe(e, &figment, &env_name, prefix)))?;
         config.validate()?;
         Ok(config)
     }
@@ -46,44 +47,4 @@ impl Config {
         self.settlement.validate()?;
         self.api.validate()
     }
-}
-
-/// figment's errors, one line each, in an operator's terms. figment's own text names the
-/// key with its profile (`default.audit.max_rows`) or, for the environment, as dotted upper
-/// case, which is neither what the file says nor the variable's name.
-fn describe(error: figment::Error, env_name: &str, prefix: &str) -> String {
-    error
-        .into_iter()
-        .map(|e| {
-            let kind = e.kind.to_string();
-            let kind = kind.split_whitespace().collect::<Vec<_>>().join(" ");
-            let from_env = e.metadata.as_ref().is_some_and(|m| m.name == env_name);
-            let key = if e.path.is_empty() {
-                None
-            } else if from_env {
-                let path: Vec<String> = e.path.iter().map(|k| k.to_ascii_uppercase()).collect();
-                Some(format!("{prefix}{}", path.join("__")))
-            } else {
-                Some(e.path.join("."))
-            };
-            let source = match &e.metadata {
-                _ if from_env => None,
-                Some(m) => Some(match &m.source {
-                    // The path as it was given (figment's own text makes it relative to the
-                    // working directory when that is shorter).
-                    Some(figment::Source::File(path)) => path.display().to_string(),
-                    Some(source) => source.to_string(),
-                    None if m.name.contains("source string") => "the embedded default".into(),
-                    None => m.name.to_string(),
-                }),
-                None => None,
-            };
-            [source, key, Some(kind)]
-                .into_iter()
-                .flatten()
-                .collect::<Vec<_>>()
-                .join(": ")
-        })
-        .collect::<Vec<_>>()
-        .join("; ")
 }

@@ -2,7 +2,8 @@
 //! `ANKUSA_<SECTION>__<KEY>` environment variables, then validation.
 //!
 //! Every struct denies unknown fields, so a misspelt key is an error at start, not a
-//! setting silently ignored. Errors name the key.
+//! setting silently ignored. Errors name the key and where it was set, never its value
+//! (which may be a secret): `describe.rs` builds them from figment's error kinds.
 //!
 //! One file per part of the node a section configures: `node.rs` (`[node]` and the path checks
 //! its directories need), `api.rs`, `audit.rs` (`[audit]`, `[settlement]`), `lifecycle.rs` and
@@ -11,6 +12,7 @@
 
 mod api;
 mod audit;
+mod describe;
 mod lifecycle;
 mod load;
 mod node;
@@ -79,7 +81,8 @@ pub enum ConfigError {
     /// (`c.toml: audit.max_rows: ...`, `ANKUSA_AUDIT__MAX_ROWS: ...`).
     #[error("configuration: {0}")]
     Parse(String),
-    /// A value is of the right type but not acceptable.
+    /// A value is of the right type but not acceptable. The message never quotes the value
+    /// of a key that may hold a secret (sink secrets and properties, Redis URLs, digests).
     #[error("configuration: {key}: {message}")]
     Invalid {
         /// The key, dotted (`api.listen`).

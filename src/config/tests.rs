@@ -101,8 +101,7 @@ fn parse_errors_name_the_file_and_the_key_as_written() {
     assert_eq!(
         err,
         format!(
-            "configuration: {}: audit.max_rows: invalid type: found string \"lots\", \
-             expected u64",
+            "configuration: {}: audit.max_rows: invalid type: expected u64, found a string",
             path.display()
         )
     );
@@ -249,9 +248,216 @@ fn environment_overrides_file() {
             .to_string();
         assert_eq!(
             err,
-            "configuration: ANKUSA_AUDIT__MAX_ROWS: invalid type: found string \"lots\", \
-             expected u64"
+            "configuration: ANKUSA_AUDIT__MAX_ROWS: invalid type: expected u64, found a string"
         );
         Ok(())
     });
+}
+
+/// The sink `x` of `[lifecycle.sink.x]`, a Kafka sink, as a file's text.
+const KAFKA_SINK: &str =
+    "[lifecycle.sink.x]\nkind = \"kafka\"\nbrokers = \"b:9092\"\ntopic = \"t\"\n";
+
+/// Assert that `err` names every one of `names` and contains none of `values`.
+fn assert_names_without_values(err: &str, names: &[&str], values: &[&str]) {
+    for name in names {
+        assert!(err.contains(name), "{name} not named: {err}");
+    }
+    for value in values {
+        assert!(!err.contains(value), "{value} echoed: {err}");
+    }
+}
+
+#[test]
+fn a_wrong_typed_secret_in_a_file_is_named_not_echoed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    let toml =
+        format!("{KAFKA_SINK}[lifecycle.sink.x.properties]\n\"sasl.password\" = 123456789\n");
+    std::fs::write(&path, toml).unwrap();
+    let err = Config::load_from(Some(&path), "ANKUSA_TEST_NONE_")
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        format!(
+            "configuration: {}: lifecycle.sink.x.properties.\"sasl.password\": invalid type: \
+             expected a string, found an integer",
+            path.display()
+        )
+    );
+}
+
+#[test]
+#[allow(clippy::result_large_err)] // figment's Jail fixes the closure's error type
+fn a_numeric_secret_from_the_environment_is_named_not_echoed() {
+    figment::Jail::expect_with(|jail| {
+        jail.create_file("c.toml", KAFKA_SINK)?;
+        // The only way to give a dotted librdkafka property from the environment: a dict.
+        jail.set_env(
+            "ANKUSA_LIFECYCLE__SINK__X__PROPERTIES",
+            "{\"sasl.password\"=987654321}",
+        );
+        let err = Config::load(Some(Path::new("c.toml")))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "configuration: ANKUSA_LIFECYCLE__SINK__X__PROPERTIES: \
+             lifecycle.sink.x.properties.\"sasl.password\": invalid type: expected a string, \
+             found an integer"
+        );
+        jail.clear_env();
+        // A whole sink from the environment, its password a number.
+        for (key, value) in [
+            ("KIND", "kafka"),
+            ("BROKERS", "b:9092"),
+            ("TOPIC", "t"),
+            ("PROPERTIES__PASSWORD", "987654321"),
+        ] {
+            jail.set_env(format!("ANKUSA_LIFECYCLE__SINK__Y__{key}"), value);
+        }
+        let err = Config::load(None).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "configuration: ANKUSA_LIFECYCLE__SINK__Y__PROPERTIES__PASSWORD: invalid type: \
+             expected a string, found an integer"
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn wrong_typed_webhook_secrets_are_named_not_echoed() {
+    let hook = "[lifecycle.sink.w]\nkind = \"webhook\"\nurl = \"http://h/\"\n";
+    let cases = [
+        (
+            format!("{hook}secrets = \"whsec_c2VjcmV0c2VjcmV0\"\n"),
+            "lifecycle.sink.w.secrets: invalid type: expected a sequence, found a string",
+            "c2VjcmV0c2VjcmV0",
+        ),
+        (
+            format!("{hook}secrets = [\"whsec_c2VjcmV0c2VjcmV0\", 42424242]\n"),
+            "lifecycle.sink.w.secrets.1: invalid type: expected a string, found an integer",
+            "42424242",
+        ),
+        (
+            format!("{hook}secrets = [true]\n"),
+            "lifecycle.sink.w.secrets.0: invalid type: expected a string, found a boolean",
+            "true",
+        ),
+    ];
+    for (toml, message, value) in cases {
+        let err = load_str(&toml).unwrap_err().to_string();
+        assert_names_without_values(&err, &["c.toml", message], &[value]);
+    }
+}
+
+#[test]
+#[allow(clippy::result_large_err)] // figment's Jail fixes the closure's error type
+fn a_string_where_a_number_goes_is_named_not_echoed() {
+    let err = load_str("[audit]\nmax_rows = \"lots\"\n")
+        .unwrap_err()
+        .to_string();
+    assert_names_without_values(
+        &err,
+        &["c.toml", "audit.max_rows", "expected u64, found a string"],
+        &["lots"],
+    );
+    let err = load_str("[audit]\nmax_rows = -123457\n")
+        .unwrap_err()
+        .to_string();
+    assert_names_without_values(
+        &err,
+        &["c.toml", "audit.max_rows", "invalid value: expected u64"],
+        &["123457"],
+    );
+    figment::Jail::expect_with(|jail| {
+        jail.set_env("ANKUSA_AUDIT__MAX_ROWS", "lots");
+        let err = Config::load(None).unwrap_err().to_string();
+        assert_names_without_values(&err, &["ANKUSA_AUDIT__MAX_ROWS", "u64"], &["lots"]);
+        Ok(())
+    });
+}
+
+#[test]
+fn no_other_kind_of_error_echoes_the_value() {
+    let cases = [
+        // A TOML syntax error: the parser quotes the line it stopped at.
+        (
+            format!(
+                "{KAFKA_SINK}[lifecycle.sink.x.properties]\n\"sasl.password\" = \"hunter2xyz\n"
+            ),
+            &["c.toml", "line 6"][..],
+            "hunter2xyz",
+        ),
+        (
+            "[api]\ntrusted_proxies = [\"hunter2xyz\"]\n".to_owned(),
+            &[
+                "c.toml",
+                "api.trusted_proxies.0",
+                "neither an IP address nor a CIDR",
+            ][..],
+            "hunter2xyz",
+        ),
+        (
+            "[log]\nformat = \"hunter2xyz\"\n".to_owned(),
+            &[
+                "c.toml",
+                "log.format",
+                "unknown variant",
+                "`text` or `json`",
+            ][..],
+            "hunter2xyz",
+        ),
+        (
+            "[lifecycle.sink.x]\nkind = \"hunter2xyz\"\n".to_owned(),
+            &[
+                "c.toml",
+                "lifecycle.sink.x.kind",
+                "`kafka`, `webhook`, `file`",
+            ][..],
+            "hunter2xyz",
+        ),
+        (
+            "[audit]\nsweep_interval = \"10hunter2xyz\"\n".to_owned(),
+            &[
+                "c.toml",
+                "audit.sweep_interval",
+                "expected a duration, found a string",
+            ][..],
+            "hunter2xyz",
+        ),
+        (
+            "[api]\nlisten = \"hunter2xyz\"\n".to_owned(),
+            &["c.toml", "api.listen"][..],
+            "hunter2xyz",
+        ),
+    ];
+    for (toml, names, value) in cases {
+        let err = load_str(&toml).unwrap_err().to_string();
+        assert_names_without_values(&err, names, &[value]);
+    }
+}
+
+#[test]
+fn validation_errors_never_echo_a_secret_bearing_value() {
+    let token =
+        "[[api.tokens]]\nname = \"a\"\nsha256 = \"hunter2xyz\"\nscopes = [\"admin:read\"]\n";
+    let cases = [
+        (
+            "[routes]\nstore = \"redis\"\nredis_url = \"http://:hunter2xyz@h\"\n",
+            "routes.redis_url",
+        ),
+        (
+            "[sources]\nstore = \"redis\"\nredis_url = \"hunter2xyz\"\n",
+            "sources.redis_url",
+        ),
+        (token, "api.tokens.sha256"),
+    ];
+    for (toml, key) in cases {
+        let err = load_str(toml).unwrap_err();
+        assert!(matches!(err, ConfigError::Invalid { .. }), "{err}");
+        assert_names_without_values(&err.to_string(), &[key], &["hunter2xyz"]);
+    }
 }

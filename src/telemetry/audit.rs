@@ -1,7 +1,7 @@
 //! The audit trail's events (`ankusa_audit_*`, dual writes aside: [`super::dual`]): the
 //! spec's `[:ankusa, :audit]` per committed row, the writer's group commits and failures,
-//! the trail's usage, ceilings and refusals, the retention sweep and the boot-time usage
-//! recount.
+//! the trail's usage, ceilings and refusals, the retention sweep (and the clock jumps it
+//! finds) and the boot-time usage recount.
 //!
 //! These metrics are served from the start, before the first commit ([`register_trail`]).
 //! Labels are fixed strings (a result, a reason, a ceiling's key); a log line names a seq,
@@ -32,6 +32,7 @@ struct Metrics {
     retention_blocked_by_cursor: IntGauge,
     retention_sweep_seconds: Gauge,
     usage_recounts: IntCounterVec,
+    clock_jumps: IntCounterVec,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
@@ -99,6 +100,11 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
         "audit_usage_recounts_total",
         "Boot-time recounts of m:audit_usage, by why it was not believed",
         &["reason"],
+    ),
+    clock_jumps: counter_vec(
+        "audit_clock_jumps_total",
+        "Retention sweeps that found the clock far ahead of the trail's time or behind it",
+        &["direction"],
     ),
 });
 
@@ -214,6 +220,22 @@ pub fn retention_failed(error: &StoreError) {
     tracing::warn!(target: "ankusa::audit", error = %error, "audit retention sweep failed; retrying at the next interval");
 }
 
+/// A retention sweep found the clock (`now`) far from the trail's time (`trail_at`: its
+/// newest row or its last sweep): `direction` "ahead" or "behind", by `jump_ms`. The sweep
+/// expires nothing within the retention of the newest row either way.
+pub fn clock_jumped(direction: &'static str, jump_ms: u64, now: u64, trail_at: u64) {
+    METRICS.clock_jumps.with_label_values(&[direction]).inc();
+    tracing::warn!(
+        target: "ankusa::audit",
+        direction,
+        jump_ms,
+        now,
+        trail_at,
+        "audit clock jump: the clock is far from the trail's time; retention keeps every row \
+         within the retention of the newest one"
+    );
+}
+
 /// At boot, `m:audit_usage` was not believed (`reason`): the trail is being recounted.
 pub fn usage_recount_started(reason: &'static str, seq: u64) {
     tracing::warn!(target: "ankusa::audit", reason, seq, "m:audit_usage does not match the trail; recounting");
@@ -255,4 +277,5 @@ pub(super) fn touch_every_metric() {
     t.retention_blocked_by_cursor.set(1);
     t.retention_sweep_seconds.set(0.001);
     t.usage_recounts.with_label_values(&["missing"]).inc();
+    t.clock_jumps.with_label_values(&["ahead"]).inc();
 }

@@ -12,6 +12,14 @@
 //! emptied, so that its tombstones are dropped rather than walked by every later scan from the
 //! head of the trail (boot's checks, a recount, reading the trail from the start). Time comes
 //! from the trail's clock, so tests need not wait.
+//!
+//! The wall clock can jump (a bad NTP step, a VM resumed with a wrong time), and a sweep that
+//! trusted it would delete every row at once, with nothing to hold them when no sink is
+//! configured. So the cutoff is never later than the retention before the trail's newest row:
+//! a clock far ahead expires nothing that is recent relative to the trail itself. A clock that
+//! reads far past the trail's time, or before it, is logged and counted as a jump. Rows
+//! committed while the clock is ahead carry its time (row times never decrease), so the guard
+//! holds until the first commit after the jump, not beyond.
 
 use std::time::{Duration, Instant};
 
@@ -23,10 +31,18 @@ use crate::audit::Trail;
 use crate::store::{keys, Cf, Store, StoreError};
 use crate::telemetry;
 
+/// How far the clock may read past the trail's time (its newest row or its last sweep,
+/// whichever is later) beyond one sweep interval, or before that time, before a sweep calls
+/// it a jump. One interval: a quiet trail's last sweep is at most that far behind the next.
+/// Five minutes more: beyond timer slack and an NTP step, and a jump smaller than that moves
+/// the cutoff by less than five minutes against a retention of at least a day.
+pub const CLOCK_JUMP_MARGIN: Duration = Duration::from_secs(300);
+
 /// What one whole sweep did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SweepReport {
-    /// Rows committed before this (unix ms) were expired.
+    /// Rows committed before this (unix ms) were expired: the retention before the clock, or
+    /// before the trail's newest row when that is earlier.
     pub cutoff: u64,
     /// Rows deleted, each with its entity.
     pub pruned: u64,
@@ -74,8 +90,15 @@ pub async fn sweep(
 ) -> Result<SweepReport, StoreError> {
     let started = Instant::now();
     let limits = *trail.limits();
-    let retention_ms = u64::try_from(limits.retention.as_millis()).unwrap_or(u64::MAX);
-    let cutoff = trail.clock().now_ms().saturating_sub(retention_ms);
+    let now = trail.clock().now_ms();
+    let newest = newest_row_at(trail).await?;
+    check_clock(
+        now,
+        newest,
+        trail.stats().last_sweep_at,
+        limits.sweep_interval,
+    );
+    let cutoff = cutoff(now, newest, millis(limits.retention));
     let mut report = SweepReport {
         cutoff,
         ..SweepReport::default()
@@ -110,6 +133,53 @@ pub async fn sweep(
     });
     telemetry::audit::retention_swept(&report);
     Ok(report)
+}
+
+/// Rows committed before this are expired: `retention_ms` before the clock (`now`), but
+/// never later than that before the trail's newest row (committed at `newest`), so that a
+/// clock far ahead cannot expire rows that are recent relative to the trail itself.
+fn cutoff(now: u64, newest: Option<u64>, retention_ms: u64) -> u64 {
+    newest
+        .map_or(now, |n| n.min(now))
+        .saturating_sub(retention_ms)
+}
+
+/// Log and count a clock jump: the clock (`now`) reads more than a sweep `interval` and
+/// [`CLOCK_JUMP_MARGIN`] past the trail's time (its `newest` row or its `last_sweep`,
+/// whichever is later), or more than the margin before it. The last sweep's time moves with
+/// the clock, so a jump ahead is counted once; a clock behind is counted at every sweep
+/// until it passes the newest row again.
+fn check_clock(now: u64, newest: Option<u64>, last_sweep: Option<u64>, interval: Duration) {
+    let Some(trail_at) = newest.max(last_sweep) else {
+        return;
+    };
+    let margin = millis(CLOCK_JUMP_MARGIN);
+    let ahead = now.saturating_sub(trail_at);
+    if ahead > millis(interval).saturating_add(margin) {
+        telemetry::audit::clock_jumped("ahead", ahead, now, trail_at);
+    }
+    let behind = trail_at.saturating_sub(now);
+    if behind > margin {
+        telemetry::audit::clock_jumped("behind", behind, now, trail_at);
+    }
+}
+
+/// `d` in whole milliseconds, saturating.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The commit time of the trail's newest row (`None`: the trail holds no row).
+async fn newest_row_at(trail: &Trail) -> Result<Option<u64>, StoreError> {
+    let store = trail.store().clone();
+    tokio::task::spawn_blocking(move || {
+        let last = store.last(Cf::Audit, &[keys::ROW])?;
+        Ok(last
+            .and_then(|(k, _)| keys::decode_row_key(&k))
+            .map(|(_, at)| at))
+    })
+    .await
+    .map_err(|e| StoreError::Unavailable(format!("reading the newest row: {e}")))?
 }
 
 /// Compact the range of rows and entities a sweep emptied (below the trail's `from`), so

@@ -1,7 +1,9 @@
-//! The audit trail at the library level: the commit path, ceilings, retention, and the
-//! property that pruning never passes the lifecycle cursor.
+//! The audit trail at the library level: the commit path, ceilings, retention (and its guard
+//! against a clock that jumps), and the property that pruning never passes the lifecycle
+//! cursor.
 
 mod ceilings;
+mod clock_jump;
 mod commit;
 mod prune_props;
 pub(crate) mod retention;

@@ -111,14 +111,16 @@ async fn rows_at_or_above_the_cursor_outlive_the_retention_until_the_sink_catche
     trail.advance("hook", 4, vec![]).await.unwrap();
 
     // The sink is down for longer than the retention: only what it confirmed below the
-    // cursor goes; the row at the cursor and every unseen event stay.
+    // cursor goes; the row at the cursor and every unseen event stay. (The node is in use
+    // meanwhile: a trail expires nothing within the retention of its newest row.)
     clock.advance(400 * DAY);
+    create_sources(&trail, 11..12).await; // seq 11, fresh
     let report = trail.sweep_now().await.unwrap();
     assert_eq!(report.pruned, 3);
     assert_eq!(report.cursor, Some(4));
     assert_eq!(report.blocked_by_cursor, 7);
-    assert_eq!(seqs(trail.store()), (4..=10).collect::<Vec<_>>());
-    assert_eq!(entity_seqs(trail.store()), (4..=10).collect::<Vec<_>>());
+    assert_eq!(seqs(trail.store()), (4..=11).collect::<Vec<_>>());
+    assert_eq!(entity_seqs(trail.store()), (4..=11).collect::<Vec<_>>());
     assert_eq!(trail.stats().blocked_by_cursor, 7);
     let metrics = ankusa::telemetry::render();
     assert!(
@@ -133,14 +135,14 @@ async fn rows_at_or_above_the_cursor_outlive_the_retention_until_the_sink_catche
     trail.advance("hook", 10, vec![]).await.unwrap();
     let report = trail.sweep_now().await.unwrap();
     assert_eq!((report.pruned, report.blocked_by_cursor), (6, 1));
-    assert_eq!(seqs(trail.store()), vec![10]);
-    // A newer change is published: the last expired row is no longer held.
-    create_sources(&trail, 11..12).await; // seq 11, fresh
-    trail.advance("hook", 11, vec![]).await.unwrap();
+    assert_eq!(seqs(trail.store()), vec![10, 11]);
+    // A newer change is published: the last expired rows are no longer held.
+    create_sources(&trail, 12..13).await; // seq 12, fresh
+    trail.advance("hook", 12, vec![]).await.unwrap();
     let report = trail.sweep_now().await.unwrap();
-    assert_eq!((report.pruned, report.blocked_by_cursor), (1, 0));
-    assert_eq!(seqs(trail.store()), vec![11]);
-    assert_eq!(entity_seqs(trail.store()), vec![11]);
+    assert_eq!((report.pruned, report.blocked_by_cursor), (2, 0));
+    assert_eq!(seqs(trail.store()), vec![12]);
+    assert_eq!(entity_seqs(trail.store()), vec![12]);
     assert_counters_true(&trail);
     trail.shutdown().await;
 }
@@ -154,9 +156,10 @@ async fn the_slowest_of_two_sinks_holds_the_rows() {
     trail.advance("fast", 10, vec![]).await.unwrap();
     trail.advance("slow", 2, vec![]).await.unwrap();
     clock.advance(2 * DAY);
+    create_sources(&trail, 11..12).await; // seq 11, fresh: the trail's newest row
     let report = trail.sweep_now().await.unwrap();
     assert_eq!((report.pruned, report.blocked_by_cursor), (1, 9));
-    assert_eq!(seqs(trail.store()), (2..=10).collect::<Vec<_>>());
+    assert_eq!(seqs(trail.store()), (2..=11).collect::<Vec<_>>());
     trail.shutdown().await;
 }
 

@@ -1,0 +1,93 @@
+//! A wall clock that jumps: the retention sweep never expires a row committed less than the
+//! retention before the trail's newest row, so a clock far ahead cannot delete what is recent
+//! relative to the trail itself; a clock far ahead of the trail, or behind it, is logged and
+//! counted (`ankusa_audit_clock_jumps_total`).
+
+use std::sync::Arc;
+
+use crate::support::trail::*;
+use crate::trail::retention::{assert_counters_true, create_sources, limits, open, DAY, T0};
+use ankusa::audit::{ManualClock, Trail};
+
+const YEAR: u64 = 365 * DAY;
+
+fn seqs(trail: &Trail) -> Vec<u64> {
+    all_rows(trail.store()).iter().map(|r| r.seq).collect()
+}
+
+/// How many clock jumps in `direction` the node has counted (0: none yet).
+fn jumps(direction: &str) -> u64 {
+    let prefix = format!("ankusa_audit_clock_jumps_total{{direction=\"{direction}\"}} ");
+    ankusa::telemetry::render()
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix).map(|n| n.parse().unwrap()))
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_clock_ten_years_ahead_expires_nothing_within_the_retention_of_the_newest_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let trail = open(dir.path(), &[], limits(30, 1000), &clock);
+    create_sources(&trail, 1..4).await; // seqs 1..=3 at T0
+    clock.set(T0 + 10 * DAY);
+    create_sources(&trail, 4..7).await; // seqs 4..=6
+    clock.set(T0 + 29 * DAY);
+    create_sources(&trail, 7..10).await; // seqs 7..=9, the newest
+    let report = trail.sweep_now().await.unwrap();
+    assert_eq!(report.pruned, 0);
+    assert_eq!(jumps("ahead"), 0, "a clock in step is no jump");
+
+    // No sinks: nothing but the guard holds the rows.
+    clock.advance(10 * YEAR);
+    let report = trail.sweep_now().await.unwrap();
+    assert_eq!(report.pruned, 0, "{report:?}");
+    assert_eq!(report.cutoff, T0 + 29 * DAY - 30 * DAY);
+    assert_eq!(seqs(&trail), (1..=9).collect::<Vec<_>>());
+    assert_eq!(jumps("ahead"), 1);
+    assert_eq!(jumps("behind"), 0);
+
+    // The next sweep still holds them, and does not count the same jump again.
+    let report = trail.sweep_now().await.unwrap();
+    assert_eq!(report.pruned, 0);
+    assert_eq!(jumps("ahead"), 1);
+    assert_counters_true(&trail);
+    trail.shutdown().await;
+}
+
+#[tokio::test]
+async fn rows_older_than_the_newest_row_minus_the_retention_are_still_swept() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let trail = open(dir.path(), &[], limits(1, 1000), &clock);
+    create_sources(&trail, 1..6).await; // seqs 1..=5 at T0
+    clock.set(T0 + 2 * DAY);
+    create_sources(&trail, 6..11).await; // seqs 6..=10, the newest
+    clock.advance(10 * YEAR);
+    let report = trail.sweep_now().await.unwrap();
+    assert_eq!(report.cutoff, T0 + 2 * DAY - DAY);
+    assert_eq!(report.pruned, 5, "{report:?}");
+    assert_eq!(seqs(&trail), (6..=10).collect::<Vec<_>>());
+    assert_eq!(jumps("ahead"), 1);
+    assert_counters_true(&trail);
+    trail.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_clock_behind_the_newest_row_is_counted_and_expires_nothing_early() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let trail = open(dir.path(), &[], limits(1, 1000), &clock);
+    create_sources(&trail, 1..6).await; // seqs 1..=5 at T0
+    clock.set(T0 - 2 * DAY);
+    let report = trail.sweep_now().await.unwrap();
+    assert_eq!(report.pruned, 0);
+    assert_eq!(jumps("behind"), 1);
+    assert_eq!(jumps("ahead"), 0);
+    // A clock a little behind (an NTP step) is no jump.
+    clock.set(T0 - 1000);
+    trail.sweep_now().await.unwrap();
+    assert_eq!(jumps("behind"), 1);
+    assert_eq!(seqs(&trail), (1..=5).collect::<Vec<_>>());
+    trail.shutdown().await;
+}
