@@ -18,8 +18,11 @@
 //! configured. So the cutoff is never later than the retention before the trail's newest row:
 //! a clock far ahead expires nothing that is recent relative to the trail itself. A clock that
 //! reads far past the trail's time, or before it, is logged and counted as a jump. Rows
-//! committed while the clock is ahead carry its time (row times never decrease), so the guard
-//! holds until the first commit after the jump, not beyond.
+//! committed while the clock is ahead carry its time (row times never decrease), so that
+//! guard alone holds only until the first commit after the jump. The running sweep task
+//! therefore also keeps a [`Timeline`]: the time it trusts, moved on by the monotonic clock
+//! between sweeps, which a wall clock leaping ahead of it does not move. It holds for as long
+//! as the node runs; a jump made while the node was stopped is held by the newest row alone.
 
 use std::time::{Duration, Instant};
 
@@ -67,12 +70,14 @@ pub fn spawn(trail: Trail, shutdown: CancellationToken) -> JoinHandle<()> {
         let mut every = tokio::time::interval(trail.limits().sweep_interval);
         // A sweep that ran long is not followed by a burst of catch-up sweeps.
         every.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let (mut timeline, started) = (Timeline::default(), Instant::now());
         loop {
             tokio::select! {
                 _ = every.tick() => {}
                 _ = shutdown.cancelled() => break,
             }
-            if let Err(e) = sweep(&trail, Some(&shutdown)).await {
+            let trusted = timeline.trusted(trail.clock().now_ms(), started.elapsed());
+            if let Err(e) = sweep_until(&trail, Some(&shutdown), Some(trusted)).await {
                 if shutdown.is_cancelled() {
                     break;
                 }
@@ -88,12 +93,22 @@ pub async fn sweep(
     trail: &Trail,
     shutdown: Option<&CancellationToken>,
 ) -> Result<SweepReport, StoreError> {
+    sweep_until(trail, shutdown, None).await
+}
+
+/// [`sweep`], with the clock read no later than `trusted` (a [`Timeline`]'s time).
+pub async fn sweep_until(
+    trail: &Trail,
+    shutdown: Option<&CancellationToken>,
+    trusted: Option<u64>,
+) -> Result<SweepReport, StoreError> {
     let started = Instant::now();
     let limits = *trail.limits();
-    let now = trail.clock().now_ms();
+    let wall = trail.clock().now_ms();
+    let now = trusted.map_or(wall, |t| t.min(wall));
     let newest = newest_row_at(trail).await?;
     check_clock(
-        now,
+        wall,
         newest,
         trail.stats().last_sweep_at,
         limits.sweep_interval,
@@ -133,6 +148,45 @@ pub async fn sweep(
     });
     telemetry::audit::retention_swept(&report);
     Ok(report)
+}
+
+/// The time a running sweep task trusts: the wall clock, as long as it moves with the
+/// monotonic clock. A wall clock that leaps more than [`CLOCK_JUMP_MARGIN`] ahead of where the
+/// monotonic clock has taken the trusted time is not followed; the trusted time goes on with
+/// the monotonic clock instead, so that rows committed meanwhile (stamped with the leapt time)
+/// do not make the sweep expire the rows before them. A wall clock that goes back is
+/// followed: an earlier cutoff deletes less.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Timeline {
+    /// The time trusted at the last reading, and the monotonic reading it was taken at.
+    last: Option<(u64, Duration)>,
+    /// Whether the wall clock is ahead of the trusted time now (a jump is logged once).
+    ahead: bool,
+}
+
+impl Timeline {
+    /// The trusted time, given the wall clock (`wall`, unix ms) and a monotonic reading
+    /// (`mono`, from any fixed start).
+    pub fn trusted(&mut self, wall: u64, mono: Duration) -> u64 {
+        let trusted = match self.last {
+            Some((at, then)) => {
+                let expected = at.saturating_add(millis(mono.saturating_sub(then)));
+                let leapt = wall > expected.saturating_add(millis(CLOCK_JUMP_MARGIN));
+                if leapt && !self.ahead {
+                    telemetry::audit::clock_jumped("ahead", wall - expected, wall, expected);
+                }
+                self.ahead = leapt;
+                if leapt {
+                    expected
+                } else {
+                    wall
+                }
+            }
+            None => wall,
+        };
+        self.last = Some((trusted, mono));
+        trusted
+    }
 }
 
 /// Rows committed before this are expired: `retention_ms` before the clock (`now`), but
@@ -215,4 +269,40 @@ fn count_blocked(store: &Store, cursor: u64, cutoff: u64) -> Result<u64, StoreEr
         },
     )?;
     Ok(held)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOUR: Duration = Duration::from_secs(3600);
+    const T0: u64 = 1_700_000_000_000;
+
+    #[test]
+    fn a_timeline_follows_a_wall_clock_in_step_with_the_monotonic_one() {
+        let mut t = Timeline::default();
+        assert_eq!(t.trusted(T0, Duration::ZERO), T0);
+        // A minute of NTP slew either way is followed.
+        assert_eq!(t.trusted(T0 + 3_660_000, HOUR), T0 + 3_660_000);
+        assert_eq!(t.trusted(T0 + 7_140_000, 2 * HOUR), T0 + 7_140_000);
+    }
+
+    #[test]
+    fn a_timeline_does_not_follow_a_wall_clock_that_leaps_ahead() {
+        let mut t = Timeline::default();
+        t.trusted(T0, Duration::ZERO);
+        let decade = 10 * 365 * 24 * 3_600_000;
+        assert_eq!(t.trusted(T0 + decade, HOUR), T0 + 3_600_000);
+        // It goes on with the monotonic clock while the wall clock stays ahead.
+        assert_eq!(t.trusted(T0 + decade + 3_600_000, 2 * HOUR), T0 + 7_200_000);
+        // A wall clock set right again is followed.
+        assert_eq!(t.trusted(T0 + 10_800_000, 3 * HOUR), T0 + 10_800_000);
+    }
+
+    #[test]
+    fn a_timeline_follows_a_wall_clock_that_goes_back() {
+        let mut t = Timeline::default();
+        t.trusted(T0, Duration::ZERO);
+        assert_eq!(t.trusted(T0 - 86_400_000, HOUR), T0 - 86_400_000);
+    }
 }

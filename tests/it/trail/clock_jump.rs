@@ -4,10 +4,12 @@
 //! counted (`ankusa_audit_clock_jumps_total`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::support::trail::*;
 use crate::trail::retention::{assert_counters_true, create_sources, limits, open, DAY, T0};
-use ankusa::audit::{ManualClock, Trail};
+use ankusa::audit::retention::{sweep_until, Timeline};
+use ankusa::audit::{Clock, ManualClock, Trail};
 
 const YEAR: u64 = 365 * DAY;
 
@@ -89,5 +91,45 @@ async fn a_clock_behind_the_newest_row_is_counted_and_expires_nothing_early() {
     trail.sweep_now().await.unwrap();
     assert_eq!(jumps("behind"), 1);
     assert_eq!(seqs(&trail), (1..=5).collect::<Vec<_>>());
+    trail.shutdown().await;
+}
+
+#[tokio::test]
+async fn on_a_running_node_rows_committed_after_a_jump_do_not_expire_the_rows_before_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let trail = open(dir.path(), &[], limits(30, 1000), &clock);
+    let mut timeline = Timeline::default();
+    create_sources(&trail, 1..4).await; // seqs 1..=3 at T0
+    let trusted = timeline.trusted(clock.now_ms(), Duration::ZERO);
+    assert_eq!(
+        sweep_until(&trail, None, Some(trusted))
+            .await
+            .unwrap()
+            .pruned,
+        0
+    );
+
+    // The wall clock leaps ten years; the node goes on committing, at the leapt time.
+    clock.advance(10 * YEAR);
+    create_sources(&trail, 4..7).await; // seqs 4..=6
+    let hour = Duration::from_secs(3600);
+    let trusted = timeline.trusted(clock.now_ms(), hour);
+    assert_eq!(
+        trusted,
+        T0 + 3_600_000,
+        "the monotonic clock's hour, not the leap"
+    );
+    assert_eq!(jumps("ahead"), 1);
+    let report = sweep_until(&trail, None, Some(trusted)).await.unwrap();
+    assert_eq!(report.pruned, 0, "{report:?}");
+    assert_eq!(seqs(&trail), (1..=6).collect::<Vec<_>>());
+
+    // Thirty-one days on by the monotonic clock, the rows of T0 expire as they should.
+    let trusted = timeline.trusted(clock.now_ms(), hour + Duration::from_secs(31 * 86_400));
+    let report = sweep_until(&trail, None, Some(trusted)).await.unwrap();
+    assert_eq!(report.pruned, 3, "{report:?}");
+    assert_eq!(seqs(&trail), (4..=6).collect::<Vec<_>>());
+    assert_counters_true(&trail);
     trail.shutdown().await;
 }
