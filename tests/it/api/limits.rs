@@ -32,7 +32,8 @@ async fn until_closed(stream: &mut TcpStream, wait: Duration) -> Option<String> 
         }
     })
     .await;
-    read.ok().map(|()| String::from_utf8_lossy(&out).into_owned())
+    read.ok()
+        .map(|()| String::from_utf8_lossy(&out).into_owned())
 }
 
 /// A source creation's head, for a body of `len` bytes.
@@ -89,7 +90,9 @@ async fn a_head_never_finished_is_closed_after_the_header_timeout() {
     let mut silent = connect(&node).await;
     let answer = until_closed(&mut silent, Duration::from_secs(10)).await;
     assert!(answer.is_some(), "the silent connection is closed");
-    let health = node.send(node.req(reqwest::Method::GET, "/healthz", None)).await;
+    let health = node
+        .send(node.req(reqwest::Method::GET, "/healthz", None))
+        .await;
     assert_eq!(health.status, reqwest::StatusCode::OK);
     node.stop().await;
 }
@@ -116,7 +119,10 @@ async fn a_body_trickled_in_gets_408_and_writes_no_row() {
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     let body: Value = serde_json::from_str(answer.split("\r\n\r\n").nth(1).unwrap_or("")).unwrap();
     assert_eq!(body["error"], "body_timeout", "{answer}");
-    assert!(answer.to_ascii_lowercase().contains("x-request-id:"), "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("x-request-id:"),
+        "{answer}"
+    );
     assert!(node.rows().await.is_empty(), "no row");
     node.stop().await;
 }

@@ -3,8 +3,8 @@
 mod audit;
 mod auth;
 mod input;
-mod limits;
 pub(crate) mod lifecycle;
+mod limits;
 mod secret_probing;
 mod secrets;
 mod sources;

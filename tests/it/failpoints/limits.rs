@@ -26,7 +26,12 @@ async fn node_with_backups(
     .await;
     let body = json!({"id": "s1", "kind": "webhook", "secret": "sekrit", "config": {}});
     let r = node
-        .call(Method::POST, "/admin/v1/tenants/t1/sources", ADMIN, Some(body))
+        .call(
+            Method::POST,
+            "/admin/v1/tenants/t1/sources",
+            ADMIN,
+            Some(body),
+        )
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
     (node, backups, backup_dir)
@@ -51,7 +56,9 @@ async fn a_handler_held_past_the_request_timeout_answers_503() {
     assert_eq!(r.request_id(), "slow-1");
     assert!(started.elapsed() < Duration::from_secs(5), "{started:?}");
     fail::remove("api::handler");
-    let r = node.call(Method::GET, "/admin/v1/tenants/t1/sources", READER, None).await;
+    let r = node
+        .call(Method::GET, "/admin/v1/tenants/t1/sources", READER, None)
+        .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     node.stop().await;
     scenario.teardown();
@@ -111,7 +118,10 @@ async fn a_second_backup_while_one_runs_is_refused() {
     let first = first.await.unwrap().expect("the first backup answers");
     assert_eq!(first.status(), StatusCode::CREATED);
     let rows = node.rows().await;
-    let backups: Vec<_> = rows.iter().filter(|r| r["action"] == "backup.create").collect();
+    let backups: Vec<_> = rows
+        .iter()
+        .filter(|r| r["action"] == "backup.create")
+        .collect();
     assert_eq!(backups.len(), 1, "{rows:?}");
     assert_eq!(listed(&backup_dir), vec![(1, 1)]);
     // Once it is done, the next one is taken.
