@@ -134,6 +134,10 @@ impl ApiConfig {
                 return invalid(key, "must be between 100ms and 1h");
             }
         }
+        // Past the request timeout the client hears 503 before the body's own 408.
+        if self.body_timeout > self.request_timeout {
+            return invalid("api.body_timeout", "must not be over api.request_timeout");
+        }
         if !MAX_CONNECTIONS_RANGE.contains(&self.max_connections) {
             return invalid("api.max_connections", "must be between 1 and 65536");
         }
