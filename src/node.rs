@@ -70,9 +70,10 @@ pub async fn serve(
     let _ = retention.await;
     trail.shutdown().await;
     drop(trail);
-    // The last clones of the store go with the HTTP connections' tasks, which end just after
-    // `axum::serve` returns, and with reads still on the blocking pool. Waiting for them means
-    // that once this returns, the store's lock is free for whoever opens it next.
+    // The last clones of the store go with reads still on the blocking pool (a request the
+    // server closed may have left one running), and with the tasks of dual writes. Waiting
+    // for them means that once this returns, the store's lock is free for whoever opens it
+    // next.
     if tokio::time::timeout(STORE_CLOSE_WAIT, closing.wait())
         .await
         .is_err()
@@ -148,15 +149,13 @@ async fn serve_on(
         routes,
         sources,
         work: work.clone(),
+        backing_up: Arc::new(tokio::sync::Semaphore::new(1)),
     };
     tracing::info!(%addr, seq = *trail.committed().borrow(), "node serving");
     ready.store(true, Ordering::Release);
-    let served = axum::serve(
-        listener,
-        api::router(state).into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await;
+    // Returns once every connection is closed: within `api.shutdown_grace` of `shutdown`.
+    let limits = api::server::ConnectionLimits::of(&config.api);
+    api::server::serve(listener, api::router(state), limits, shutdown).await;
     ready.store(false, Ordering::Release);
     // Checked before the writer is asked to stop: then it stops on purpose.
     let writer_died = !trail.is_taking_changes();
@@ -180,7 +179,6 @@ async fn serve_on(
     if let Some(refreshing) = refreshing {
         let _ = refreshing.await;
     }
-    served.context("serving HTTP")?;
     if writer_died {
         anyhow::bail!("the audit writer stopped while the node served (see the log above); every change since was refused");
     }

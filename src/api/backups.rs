@@ -7,6 +7,10 @@
 //! a backup that does not exist; the backup never holds its own row. A row that cannot be
 //! written (store unavailable, audit backlog) un-makes the backup, like any change whose row
 //! cannot be written. The directory comes from the configuration, never from the caller.
+//!
+//! One backup at a time: a second one asked while one is under way is refused with 409
+//! `backup_in_progress` and writes no row. Queued, it would wait on the store's backup lock
+//! on a blocking thread, and a few of them would starve the reads that need those threads.
 
 use std::convert::Infallible;
 
@@ -35,13 +39,30 @@ pub struct NewBackup {}
 /// the `m:audit_seq` it holds; `X-Audit-Seq` is the seq of its `backup.create` row.
 ///
 /// The work runs to the end ([`AppState::finish`]): a client that goes away mid-backup drops
-/// this handler, but the backup still gets its row (or is discarded), never neither.
+/// this handler, but the backup still gets its row (or is discarded), never neither. 409
+/// `backup_in_progress` while another backup is under way.
 pub async fn create(
     WriteContext(ctx): WriteContext,
     State(state): State<AppState>,
     OptionalJson(_options): OptionalJson<NewBackup>,
 ) -> Result<Response, ApiError> {
-    let (info, row) = state.finish(back_up_and_record(state.clone(), ctx)).await?;
+    let Ok(turn) = state.backing_up.clone().try_acquire_owned() else {
+        telemetry::api::backup_refused_busy();
+        return Err(ApiError::Conflict {
+            code: "backup_in_progress",
+            message: "a backup is under way; retry once it is done".into(),
+        });
+    };
+    let work = back_up_and_record(state.clone(), ctx);
+    // The turn goes with the work, not with this handler: a client that leaves does not
+    // let the next backup start while this one still runs.
+    let (info, row) = state
+        .finish(async move {
+            let done = work.await;
+            drop(turn);
+            done
+        })
+        .await?;
     Ok(created(&info, row))
 }
 

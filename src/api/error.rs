@@ -58,6 +58,10 @@ pub enum ApiError {
     TooLarge,
     /// 415: the body is not JSON.
     UnsupportedMediaType,
+    /// 408: the body did not arrive within `api.body_timeout`; nothing was changed.
+    BodyTimeout,
+    /// 503: the request took longer than `api.request_timeout` (work it started goes on).
+    RequestTimeout,
     /// 503: the store cannot take or serve the request.
     StoreUnavailable,
     /// 503: the audit trail is at a ceiling; retry later.
@@ -95,7 +99,10 @@ impl ApiError {
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ApiError::StoreUnavailable | ApiError::AuditBacklog => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            ApiError::StoreUnavailable | ApiError::AuditBacklog | ApiError::RequestTimeout => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -113,6 +120,8 @@ impl ApiError {
             ApiError::Conflict { code, .. } => code,
             ApiError::TooLarge => "too_large",
             ApiError::UnsupportedMediaType => "unsupported_media_type",
+            ApiError::BodyTimeout => "body_timeout",
+            ApiError::RequestTimeout => "request_timeout",
             ApiError::StoreUnavailable => "store_unavailable",
             ApiError::AuditBacklog => "audit_backlog",
             ApiError::Internal => "internal",
@@ -137,6 +146,19 @@ impl ApiError {
             ApiError::TooLarge => ("the request body is over api.body_limit".into(), None),
             ApiError::UnsupportedMediaType => (
                 "the body must be JSON (Content-Type: application/json)".into(),
+                None,
+            ),
+            ApiError::BodyTimeout => (
+                "the request body did not arrive within api.body_timeout; nothing was changed"
+                    .into(),
+                None,
+            ),
+            // The handler's wait was dropped, not its work: a change on its way to the trail
+            // is made and recorded, a backup finished.
+            ApiError::RequestTimeout => (
+                "the request did not finish within api.request_timeout; a change it started \
+                 is still made and recorded: read it back, or look in the audit trail"
+                    .into(),
                 None,
             ),
             // Usually nothing was changed; a dual write whose store did not answer may have
@@ -175,6 +197,10 @@ impl IntoResponse for ApiError {
             }
             ApiError::Unauthorized => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            // The rest of the body may still be on its way: the connection cannot be reused.
+            ApiError::BodyTimeout => {
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
             _ => {}
         }

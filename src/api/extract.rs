@@ -3,7 +3,8 @@
 //!
 //! axum's own extractors answer with plain-text bodies; these wrap them (or replace them, for
 //! JSON) so that every refusal has the API's JSON shape and names the field to blame. A body
-//! over `api.body_limit` is a 413 (axum's `DefaultBodyLimit`, installed on the router); bad
+//! over `api.body_limit` is a 413 (axum's `DefaultBodyLimit`, installed on the router), one
+//! not in by `api.body_timeout` a 408 (the deadline `api::limits` sets); bad
 //! JSON syntax is a 400; a well-formed body of the wrong shape (unknown field, wrong type,
 //! missing field) is a 422 naming the field. Messages never echo a value the caller sent:
 //! that value could be a secret.
@@ -16,6 +17,7 @@ use serde::de::DeserializeOwned;
 use serde_json::error::Category;
 
 use super::error::ApiError;
+use super::limits::BodyDeadline;
 use crate::subjects::IfMatch;
 
 /// A JSON request body.
@@ -51,9 +53,18 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for OptionalJson<T> {
     }
 }
 
-/// The request body, within `api.body_limit` (413 `too_large` past it).
+/// The request body, within `api.body_limit` (413 `too_large` past it) and by its
+/// [`BodyDeadline`] (408 `body_timeout` past it).
 async fn body<S: Send + Sync>(request: Request, state: &S) -> Result<Bytes, ApiError> {
-    Bytes::from_request(request, state).await.map_err(|r| {
+    let deadline = request.extensions().get::<BodyDeadline>().copied();
+    let read = Bytes::from_request(request, state);
+    let read = match deadline {
+        Some(BodyDeadline(at)) => tokio::time::timeout_at(at, read)
+            .await
+            .map_err(|_| ApiError::BodyTimeout)?,
+        None => read.await,
+    };
+    read.map_err(|r| {
         if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::TooLarge
         } else {

@@ -4,7 +4,9 @@
 //! Handlers never touch RocksDB on a tokio worker directly: reads go through
 //! `spawn_blocking`, writes through the trail's writer. Every error becomes a response in
 //! one place (`error.rs`), and every response, errors included, echoes the request id
-//! (`context.rs`).
+//! (`context.rs`). The server has limits of its own: on connections and the time to send a
+//! request's head (`server.rs`), on the time to send its body and to answer it
+//! (`limits.rs`), and one backup at a time (`backups.rs`).
 
 pub mod audit;
 pub mod auth;
@@ -13,11 +15,13 @@ pub mod context;
 pub mod error;
 pub mod extract;
 pub mod lifecycle;
+pub mod limits;
 pub mod overrides;
 pub mod quarantine;
 pub mod replay;
 pub mod router;
 pub mod routes;
+pub mod server;
 pub mod sources;
 pub mod subject;
 
@@ -61,6 +65,9 @@ pub struct AppState {
     /// Work a request started that must end with its row even if its client goes away
     /// ([`AppState::finish`]); the node waits for it before it stops the writer.
     pub work: tokio_util::task::TaskTracker,
+    /// The one backup under way: held by its work, so that a second one is refused (409)
+    /// rather than queued behind it on the blocking pool.
+    pub backing_up: Arc<tokio::sync::Semaphore>,
 }
 
 impl AppState {
@@ -83,6 +90,8 @@ pub struct AdminState {
     pub trusted_proxies: Vec<TrustedProxy>,
     /// The largest request body it reads.
     pub body_limit: usize,
+    /// How long a request's body and its answer may take.
+    pub limits: limits::RequestLimits,
 }
 
 impl AdminState {
@@ -97,6 +106,10 @@ impl AdminState {
             tokens: Tokens::load_or_create(&api.tokens, data_dir, out)?,
             trusted_proxies: api.trusted_proxies.clone(),
             body_limit: api.body_limit,
+            limits: limits::RequestLimits {
+                body_timeout: api.body_timeout,
+                request_timeout: api.request_timeout,
+            },
         })
     }
 }
@@ -112,6 +125,11 @@ pub fn router(state: AppState) -> Router {
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(state.admin.body_limit))
+        // Inside the request id: a timed-out request's answer echoes its id and is logged.
+        .layer(middleware::from_fn_with_state(
+            state.admin.limits,
+            limits::deadlines,
+        ))
         .layer(middleware::from_fn(context::request_id))
         .with_state(state)
 }

@@ -1,9 +1,11 @@
-//! `[api]`: the admin server's address and body limit, the proxies it believes, and its
-//! bearer tokens (known by digest only) with their scopes.
+//! `[api]`: the admin server's address, its limits (body size, time to read a request, time
+//! to answer one, connections at once, the grace a stop gives them), the proxies it
+//! believes, and its bearer tokens (known by digest only) with their scopes.
 
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
+use std::time::Duration;
 
 use ipnet::IpNet;
 use serde::Deserialize;
@@ -18,6 +20,24 @@ pub struct ApiConfig {
     pub listen: SocketAddr,
     /// The largest request body the admin API reads, in bytes; larger ones get 413.
     pub body_limit: usize,
+    /// How long a client has to send a request's head (and, on a kept-alive connection, to
+    /// start the next one); past it the connection is closed.
+    #[serde(with = "humantime_serde")]
+    pub header_timeout: Duration,
+    /// How long a client has to send a request's whole body, from the end of its head; past
+    /// it the request is refused with 408 and nothing is changed.
+    #[serde(with = "humantime_serde")]
+    pub body_timeout: Duration,
+    /// How long a request may take, from the end of its head to its answer; past it the
+    /// client gets 503 `request_timeout` (work already under way still ends with its row).
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Duration,
+    /// Connections served at once; more wait in the listen queue until one closes.
+    pub max_connections: usize,
+    /// How long a stopping node lets open connections finish their requests before it
+    /// closes them.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
     /// Peers whose `X-Forwarded-For` is believed (IPs or CIDRs). Anyone else's is ignored.
     pub trusted_proxies: Vec<TrustedProxy>,
     /// Bearer tokens. Empty: the node makes one admin token on first start (see
@@ -94,11 +114,36 @@ impl TryFrom<String> for TrustedProxy {
 /// Bounds of `api.body_limit`: below 1 KiB no real request fits; above 64 MiB one request
 /// could hold a worker's memory hostage.
 const BODY_LIMIT_RANGE: std::ops::RangeInclusive<usize> = 1024..=(64 << 20);
+/// Bounds of the API's timeouts: under 100ms a loaded node would refuse its own operators;
+/// over an hour a limit no longer protects anything.
+const TIMEOUT_RANGE: std::ops::RangeInclusive<Duration> =
+    Duration::from_millis(100)..=Duration::from_secs(3600);
+/// Bounds of `api.max_connections`: one, or as many as a process may reasonably hold open.
+const MAX_CONNECTIONS_RANGE: std::ops::RangeInclusive<usize> = 1..=65536;
 
 impl ApiConfig {
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         if !BODY_LIMIT_RANGE.contains(&self.body_limit) {
             return invalid("api.body_limit", "must be between 1024 and 67108864 bytes");
+        }
+        for (key, timeout) in [
+            ("api.header_timeout", self.header_timeout),
+            ("api.body_timeout", self.body_timeout),
+            ("api.request_timeout", self.request_timeout),
+        ] {
+            if !TIMEOUT_RANGE.contains(&timeout) {
+                return invalid(key, "must be between 100ms and 1h");
+            }
+        }
+        // Past the request timeout the client hears 503 before the body's own 408.
+        if self.body_timeout > self.request_timeout {
+            return invalid("api.body_timeout", "must not be over api.request_timeout");
+        }
+        if !MAX_CONNECTIONS_RANGE.contains(&self.max_connections) {
+            return invalid("api.max_connections", "must be between 1 and 65536");
+        }
+        if self.shutdown_grace > *TIMEOUT_RANGE.end() {
+            return invalid("api.shutdown_grace", "must be at most 1h");
         }
         let mut names = HashSet::new();
         for (i, token) in self.tokens.iter().enumerate() {

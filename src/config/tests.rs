@@ -126,6 +126,11 @@ fn api_defaults_and_tokens_load() {
     assert_eq!(c.api.body_limit, 1 << 20);
     assert!(c.api.trusted_proxies.is_empty());
     assert!(c.api.tokens.is_empty());
+    assert_eq!(c.api.header_timeout, std::time::Duration::from_secs(10));
+    assert_eq!(c.api.body_timeout, std::time::Duration::from_secs(10));
+    assert_eq!(c.api.request_timeout, std::time::Duration::from_secs(60));
+    assert_eq!(c.api.max_connections, 256);
+    assert_eq!(c.api.shutdown_grace, std::time::Duration::from_secs(10));
     let c = load_str(&format!(
         "[api]\nbody_limit = 4096\ntrusted_proxies = [\"10.0.0.0/8\", \"::1\"]\n\
          [[api.tokens]]\nname = \"ops\"\nsha256 = \"{DIGEST}\"\n\
@@ -149,6 +154,11 @@ fn bad_api_keys_are_refused_by_name() {
         ("[api]\nbody_limit = 10\n", "api.body_limit"),
         ("[api]\nbody_limit = \"big\"\n", "body_limit"),
         ("[api]\ntrusted_proxies = [\"10.0.0.0/33\"]\n", "trusted_proxies"),
+        ("[api]\nheader_timeout = \"10ms\"\n", "api.header_timeout"),
+        ("[api]\nrequest_timeout = \"2h\"\n", "api.request_timeout"),
+        ("[api]\nbody_timeout = \"90s\"\n", "api.body_timeout"),
+        ("[api]\nmax_connections = 0\n", "api.max_connections"),
+        ("[api]\nshutdown_grace = \"2h\"\n", "api.shutdown_grace"),
         ("[api]\ntrusted_proxies = [\"proxy.local\"]\n", "trusted_proxies"),
         (
             "[[api.tokens]]\nname = \"a\"\nsha256 = \"00\"\nscopes = [\"admin:read\"]\n",

@@ -70,3 +70,38 @@ pub fn admin_token_loaded(digest_file: &Path) {
         "no api.tokens configured; using the first-start admin token"
     );
 }
+
+/// A request took longer than `api.request_timeout`: its client got 503 (the work it started
+/// goes on).
+pub fn request_timed_out(limit: Duration) {
+    tracing::warn!(
+        target: "ankusa::api",
+        limit_ms = limit.as_millis() as u64,
+        "request timed out; its client was answered 503, work it started goes on"
+    );
+}
+
+/// A backup was asked for while one was under way, and refused.
+pub fn backup_refused_busy() {
+    tracing::info!(target: "ankusa::api", "backup refused: one is under way");
+}
+
+/// The admin server could not accept a connection (it retries shortly).
+pub fn accept_failed(error: &dyn Display) {
+    tracing::error!(target: "ankusa::api", error = %error, "accepting a connection failed");
+}
+
+/// A connection ended with an error: a header timeout, a malformed request, a client gone.
+pub fn connection_failed(error: &dyn Display) {
+    tracing::debug!(target: "ankusa::api", error = %error, "connection ended with an error");
+}
+
+/// A stop closed connections still open after `api.shutdown_grace`.
+pub fn connections_closed_at_stop(connections: usize, grace: Duration) {
+    tracing::warn!(
+        target: "ankusa::api",
+        connections,
+        grace_ms = grace.as_millis() as u64,
+        "closed connections still open after the shutdown grace"
+    );
+}

@@ -4,6 +4,7 @@ mod audit;
 mod auth;
 mod input;
 pub(crate) mod lifecycle;
+mod limits;
 mod secret_probing;
 mod secrets;
 mod sources;

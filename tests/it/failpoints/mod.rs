@@ -8,6 +8,7 @@ mod api;
 mod backup;
 mod commit;
 mod lifecycle;
+mod limits;
 mod refresh;
 mod restore;
 mod retention;

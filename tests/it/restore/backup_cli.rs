@@ -464,27 +464,40 @@ async fn an_http_backup_is_recorded_and_its_restore_opens_a_new_incarnation() {
     node.stop().await;
 }
 
-/// Backups asked for at once (a client retrying a slow one, say) are made one after the
-/// other: each gets its own id, its own row, and all of them stay in the directory.
+/// Backups asked for at once (a client retrying a slow one, say) are made one at a time: one
+/// asked while another is under way is refused (409 `backup_in_progress`, no row), and those
+/// made each get their own id, their own row, and all of them stay in the directory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backups_asked_for_at_once_each_get_their_own_id() {
     let (node, _backups, backup_dir) = node_with_sources(&["s1"]).await;
-
-    let asked = (0..3).map(|_| {
+    let ask = || {
         node.send(node.req(
             Method::POST,
             "/admin/v1/backups",
             Some(crate::support::node::WRITER),
         ))
-    });
-    let mut ids: Vec<u64> = futures::future::join_all(asked)
-        .await
-        .iter()
-        .map(|r| {
-            assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
-            r.json()["id"].as_u64().unwrap()
-        })
-        .collect();
+    };
+    let mut ids = Vec::new();
+    for r in futures::future::join_all((0..3).map(|_| ask())).await {
+        if r.status == StatusCode::CONFLICT {
+            assert_eq!(r.code(), "backup_in_progress", "{}", r.text);
+            continue;
+        }
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+        ids.push(r.json()["id"].as_u64().unwrap());
+    }
+    assert!(!ids.is_empty());
+    assert_eq!(
+        node.rows().await.len(),
+        1 + ids.len(),
+        "no row for a refused one"
+    );
+    // The rest, one after the other.
+    while ids.len() < 3 {
+        let r = ask().await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+        ids.push(r.json()["id"].as_u64().unwrap());
+    }
     ids.sort();
     assert_eq!(ids, vec![1, 2, 3]);
     let mut named: Vec<String> = node.rows().await[1..]
