@@ -43,6 +43,8 @@ pub struct PublisherOptions {
     /// Most attempts under way per sink, for sinks that keep order across attempts (Kafka);
     /// the others have one at a time.
     pub in_flight: usize,
+    /// Most dead letters a sink holds (`lifecycle.max_dead_letters`).
+    pub max_dead_letters: u64,
 }
 
 /// A configured sink, ready to run.

@@ -47,6 +47,7 @@ pub(crate) fn options() -> PublisherOptions {
         batch: 256,
         idle: Duration::from_millis(50),
         in_flight: 4,
+        max_dead_letters: 100_000,
     }
 }
 

@@ -104,6 +104,7 @@ async fn fixture(rows: u64, batch: usize, in_flight: usize, sink: Scripted) -> F
         batch,
         idle: Duration::from_secs(60),
         in_flight,
+        max_dead_letters: 100_000,
     };
     let (shutdown, (enable, enables)) = (CancellationToken::new(), watch::channel(0));
     let status = status::starting("s", "scripted", 0);
