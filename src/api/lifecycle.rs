@@ -2,7 +2,9 @@
 //!
 //! Reading needs `admin:read`. Redriving and dropping dead letters, and enabling a sink its
 //! destination disabled, change the node's operational state, so they need `admin:write`
-//! and each leaves an audit row.
+//! and each leaves an audit row. They are what drains a full outbox backlog or a sink's
+//! full dead letters, so neither the backlog nor the ceilings ever refuse them (503
+//! `audit_backlog` is never their answer).
 
 use axum::extract::State;
 use axum::Json;

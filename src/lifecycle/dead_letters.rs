@@ -35,8 +35,8 @@ pub struct Redriven {
     /// Still refused or failing, and kept (the redrive stops at the first).
     pub remaining: u64,
     /// Why the redrive stopped before it tried every letter, when a letter was delivered but
-    /// its removal row could not be written (`store_unavailable`, `audit_backlog`): that letter
-    /// is kept, and sent again (same id) by the next redrive.
+    /// its removal row could not be written (`store_unavailable`; the backlog never refuses
+    /// it): that letter is kept, and sent again (same id) by the next redrive.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stopped: Option<&'static str>,
 }
@@ -169,6 +169,9 @@ async fn remaining(trail: &Trail, sink: &str) -> Result<u64, StoreError> {
         .map_err(|e| StoreError::Unavailable(e.to_string()))?
 }
 
+/// Remove dead letter `seq` of `sink` with its `action` row, in one batch. Never refused by
+/// the backlog or the ceilings ([`Context::relieving`]): a sink stopped at its dead-letter
+/// ceiling, or a backlog full behind it, waits for exactly this.
 async fn remove(
     trail: &Trail,
     ctx: Context,
@@ -178,7 +181,7 @@ async fn remove(
 ) -> Result<u64, CommitError<NoSuchLetter>> {
     let sink = sink.to_owned();
     let committed = trail
-        .commit(ctx, move |tx| {
+        .commit(ctx.relieving(), move |tx| {
             let key = keys::dead_letter_key(&sink, seq);
             if tx.get(Cf::DeadLetters, &key)?.is_none() {
                 return Err(CommitError::Refused(NoSuchLetter));

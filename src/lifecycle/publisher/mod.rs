@@ -136,7 +136,9 @@ impl Publisher {
 
     /// Enable sink `name` again after its destination disabled it (a 410), once the operator
     /// has mended the destination: its lane resumes from its position. Records the operator's
-    /// act (`sink.enable`, resource `sinks/<name>`) first; returns the row's seq.
+    /// act (`sink.enable`, resource `sinks/<name>`) first; returns the row's seq. The row is
+    /// never refused by the backlog or the ceilings: a disabled sink holds the cursor, so
+    /// its enable is what drains a full backlog ([`Context::relieving`]).
     pub async fn enable(
         &self,
         trail: &Trail,
@@ -158,7 +160,9 @@ impl Publisher {
         }
         let sink = name.to_owned();
         let committed = trail
-            .commit(ctx, move |_| Ok((sink_change("sink.enable", &sink), ())))
+            .commit(ctx.relieving(), move |_| {
+                Ok((sink_change("sink.enable", &sink), ()))
+            })
             .await?;
         self.enables[index].send_modify(|count| *count += 1);
         status::update(status, |s| s.state = SinkState::Running);
