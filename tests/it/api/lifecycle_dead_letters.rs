@@ -68,12 +68,10 @@ async fn a_sink_stops_at_its_dead_letter_ceiling_until_an_operator_drops_some() 
         .json();
     assert_eq!(s["sinks"][0]["position"], 3);
     assert_eq!(letters(&node).await, vec![1, 2, 3]);
-    assert!(
-        receiver.requests().len() > 4,
-        "the fourth event is retried"
-    );
+    assert!(receiver.requests().len() > 4, "the fourth event is retried");
 
-    // The operator drops two: the sink dead-letters the fourth and fifth and goes on.
+    // The operator drops two (rows 6 and 7): the sink dead-letters the fourth and fifth
+    // events and goes on, over the drops' rows, which publish nothing.
     for seq in [1, 2] {
         let r = node
             .call(Method::DELETE, &format!("{LETTERS}/{seq}"), WRITER, None)
@@ -81,15 +79,24 @@ async fn a_sink_stops_at_its_dead_letter_ceiling_until_an_operator_drops_some() 
         assert_eq!(r.status, 200, "{}", r.text);
     }
     let s = read_until(&node, "/admin/v1/lifecycle", |s| {
-        s["sinks"][0]["position"] == 5
+        s["sinks"][0]["position"] == 7
     })
     .await;
+    assert_eq!(s["sinks"][0]["state"], "running");
     assert_eq!(s["sinks"][0]["dead_lettered"], 5);
     assert_eq!(letters(&node).await, vec![3, 4, 5]);
     assert_eq!(held_gauge(&node).await.as_deref(), Some("3"));
     // The drops' rows are the operator's; no sink.disable row: the sink was never disabled.
-    let actions: Vec<Value> = node.rows().await.iter().map(|r| r["action"].clone()).collect();
-    assert_eq!(actions[5..], [json!("dead_letter.drop"), json!("dead_letter.drop")]);
+    let actions: Vec<Value> = node
+        .rows()
+        .await
+        .iter()
+        .map(|r| r["action"].clone())
+        .collect();
+    assert_eq!(
+        actions[5..],
+        [json!("dead_letter.drop"), json!("dead_letter.drop")]
+    );
 
     // A receiver that accepts again: the next event is delivered, the ceiling aside.
     receiver.answer(200);
