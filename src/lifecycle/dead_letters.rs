@@ -38,7 +38,7 @@ pub struct Held {
 
 impl Held {
     /// Sink `sink`'s count, starting at `count` (what the store holds).
-    pub fn new(sink: &str, count: u64) -> Held {
+    pub(crate) fn new(sink: &str, count: u64) -> Held {
         telemetry::lifecycle::dead_letters_held(sink, count);
         Held {
             sink: sink.into(),
@@ -57,7 +57,7 @@ impl Held {
     }
 
     /// How many more the sink may hold under `max`.
-    pub fn room(&self, max: u64) -> u64 {
+    pub(crate) fn room(&self, max: u64) -> u64 {
         max.saturating_sub(self.get())
     }
 

@@ -58,7 +58,8 @@ pub(super) struct Tally {
 /// `room` (the first refused one beyond it fails the attempt).
 pub(super) fn tally(
     sink: &str,
-    (position, room): (u64, u64),
+    position: u64,
+    room: u64,
     page: &Page,
     outcomes: &[Outcome],
 ) -> Tally {

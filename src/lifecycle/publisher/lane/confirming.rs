@@ -24,8 +24,8 @@ impl Lane {
         let outcomes = oldest.outcomes.await;
         telemetry::lifecycle::delivery_attempted(&self.spec.name, oldest.started.elapsed());
         let room = self.held.room(self.options.max_dead_letters);
-        let from = (self.position, room);
-        let tally = attempt::tally(&self.spec.name, from, &oldest.page, &outcomes);
+        let (sink, page) = (&self.spec.name, &oldest.page);
+        let tally = attempt::tally(sink, self.position, room, page, &outcomes);
         let dead_lettered = tally.dead.len() as u64;
         // Counted before they are durable: the count is never below what the store holds.
         self.held.add(dead_lettered);
