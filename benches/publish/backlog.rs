@@ -83,6 +83,7 @@ pub async fn drain(trail: &Trail, sink: Arc<dyn Sink>, name: &str) -> Run {
             .unwrap_or(1000),
         idle: Duration::from_millis(50),
         in_flight: in_flight(),
+        max_dead_letters: 100_000,
     };
     // Start from a store at rest: the compaction a fill leaves behind is not the publisher's.
     let store = trail.store().clone();

@@ -26,6 +26,7 @@ pub async fn latency(brokers: &str) -> (f64, f64, f64) {
         batch: 1000,
         idle: Duration::from_secs(1),
         in_flight: in_flight(),
+        max_dead_letters: 100_000,
     };
     let publisher = Arc::new(
         Publisher::start(trail.clone(), vec![spec], options, stop.clone())

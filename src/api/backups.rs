@@ -5,8 +5,10 @@
 //! the `backup.create` row is committed through the writer, saying which backup and which
 //! `m:audit_seq` it holds. So the row comes after everything the backup holds and never names
 //! a backup that does not exist; the backup never holds its own row. A row that cannot be
-//! written (store unavailable, audit backlog) un-makes the backup, like any change whose row
-//! cannot be written. The directory comes from the configuration, never from the caller.
+//! written (store unavailable) un-makes the backup, like any change whose row cannot be
+//! written; the backlog and the ceilings never refuse it (it is an operator's act already
+//! done, admitted as relieving). The directory comes from the configuration, never from the
+//! caller.
 //!
 //! One backup at a time: a second one asked while one is under way is refused with 409
 //! `backup_in_progress` and writes no row. Queued, it would wait on the store's backup lock
@@ -66,7 +68,9 @@ pub async fn create(
     Ok(created(&info, row))
 }
 
-/// Take the backup, then commit its row; discard the backup if the row is not written.
+/// Take the backup, then commit its row; discard the backup if the row is not written. The
+/// row is never refused by the backlog or the ceilings ([`Context::relieving`]): the backup
+/// is already made, and an operator takes one most when the node is in trouble.
 async fn back_up_and_record(state: AppState, ctx: Context) -> Result<(BackupInfo, u64), ApiError> {
     let (store, dir) = (state.trail.store().clone(), state.backup_dir.clone());
     let now = SystemClock.now_ms();
@@ -88,7 +92,9 @@ async fn back_up_and_record(state: AppState, ctx: Context) -> Result<(BackupInfo
         .detail("files", info.files);
     let committed = state
         .trail
-        .commit(ctx, move |_| Ok::<_, CommitError<Infallible>>((change, ())))
+        .commit(ctx.relieving(), move |_| {
+            Ok::<_, CommitError<Infallible>>((change, ()))
+        })
         .await;
     match committed {
         Ok(row) => Ok((info, row.seq)),

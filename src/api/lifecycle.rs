@@ -2,7 +2,9 @@
 //!
 //! Reading needs `admin:read`. Redriving and dropping dead letters, and enabling a sink its
 //! destination disabled, change the node's operational state, so they need `admin:write`
-//! and each leaves an audit row.
+//! and each leaves an audit row. They are what drains a full outbox backlog or a sink's
+//! full dead letters, so neither the backlog nor the ceilings ever refuse them (503
+//! `audit_backlog` is never their answer).
 
 use axum::extract::State;
 use axum::Json;
@@ -87,7 +89,8 @@ pub async fn redrive(
     ApiPath(sink): ApiPath<String>,
 ) -> Result<Json<Value>, ApiError> {
     let target = known_sink(&state, &sink)?;
-    let report = dead_letters::redrive(&state.trail, ctx, &sink, &*target)
+    let held = held_letters(&state, &sink)?;
+    let report = dead_letters::redrive(&state.trail, ctx, &held, &*target)
         .await
         .map_err(letter_error)?;
     Ok(Json(json!(report)))
@@ -99,8 +102,8 @@ pub async fn drop_letter(
     State(state): State<AppState>,
     ApiPath((sink, seq)): ApiPath<(String, u64)>,
 ) -> Result<Json<Value>, ApiError> {
-    known_sink(&state, &sink)?;
-    let row = dead_letters::drop_letter(&state.trail, ctx, &sink, seq)
+    let held = held_letters(&state, &sink)?;
+    let row = dead_letters::drop_letter(&state.trail, ctx, &held, seq)
         .await
         .map_err(letter_error)?;
     Ok(Json(json!({"dropped": seq, "audit_seq": row})))
@@ -146,6 +149,15 @@ fn known_sink(
         .lifecycle
         .as_deref()
         .and_then(|p| p.sink(sink))
+        .ok_or_else(|| unknown_sink(sink))
+}
+
+/// The count of sink `sink`'s dead letters, which removing them counts out.
+fn held_letters(state: &AppState, sink: &str) -> Result<dead_letters::Held, ApiError> {
+    state
+        .lifecycle
+        .as_deref()
+        .and_then(|p| p.held(sink))
         .ok_or_else(|| unknown_sink(sink))
 }
 

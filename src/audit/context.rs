@@ -1,9 +1,39 @@
-//! Who made a change: the `Context` every write carries into its row.
+//! Who made a change, and how admission treats it: the `Context` every write carries into
+//! its row.
+//!
+//! Who made a change (the row's actor) and whether the ceilings and the outbox backlog may
+//! refuse it are two questions: an operator's enable of a stopped sink is the operator's
+//! act, and it must not be refused by the backlog it is there to drain. So a `Context`
+//! carries an [`Admission`] of its own beside the actor.
 
 use serde::{Deserialize, Serialize};
 
 /// The actor name of changes the node makes itself.
 pub const SYSTEM_ACTOR: &str = "system";
+
+/// How the writer admits a change when the trail is at a ceiling or the outbox backlog is
+/// full.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Admission {
+    /// An operator's change: refused (`AuditBacklog`) when the outbox backlog is full or
+    /// pruning cannot make room for its row under the ceilings.
+    #[default]
+    Bounded,
+    /// An operator's act that relieves the backlog (enabling a sink, redriving or dropping
+    /// dead letters) or is already done and must be recorded (a backup): refusing it would
+    /// keep the backlog full, or un-make the act. Never refused, like the node's own changes.
+    Relieving,
+    /// A change the node makes itself (settlement, restores, a sink's disable): never
+    /// refused.
+    System,
+}
+
+impl Admission {
+    /// Whether the ceilings and the backlog may refuse the change.
+    pub fn is_bounded(self) -> bool {
+        self == Admission::Bounded
+    }
+}
 
 /// Who asked for a change, from where, under which request.
 ///
@@ -17,9 +47,9 @@ pub struct Context {
     pub remote_ip: Option<String>,
     /// The request's id, echoed to the client, so a row can be matched to a request.
     pub request_id: Option<String>,
-    /// A change the node makes itself: never refused by ceilings or backlog.
+    /// How the writer admits the change; never in a row.
     #[serde(skip)]
-    system: bool,
+    admission: Admission,
 }
 
 impl Context {
@@ -33,7 +63,7 @@ impl Context {
             actor: actor.into(),
             remote_ip,
             request_id,
-            system: false,
+            admission: Admission::Bounded,
         }
     }
 
@@ -44,12 +74,41 @@ impl Context {
             actor: SYSTEM_ACTOR.to_owned(),
             remote_ip: None,
             request_id: None,
-            system: true,
+            admission: Admission::System,
         }
+    }
+
+    /// This operator's change as one that relieves the backlog ([`Admission::Relieving`]):
+    /// never refused, its row still the operator's. A system change stays one.
+    pub fn relieving(mut self) -> Context {
+        if self.admission == Admission::Bounded {
+            self.admission = Admission::Relieving;
+        }
+        self
+    }
+
+    /// How the writer admits the change.
+    pub fn admission(&self) -> Admission {
+        self.admission
     }
 
     /// Whether this is [`Context::system`].
     pub fn is_system(&self) -> bool {
-        self.system
+        self.admission == Admission::System
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_relieving_change_keeps_its_actor_and_is_not_bounded() {
+        let ctx = Context::new("alice", None, Some("r1".into())).relieving();
+        assert_eq!(ctx.actor, "alice");
+        assert_eq!(ctx.admission(), Admission::Relieving);
+        assert!(!ctx.admission().is_bounded() && !ctx.is_system());
+        assert_eq!(Context::system().relieving().admission(), Admission::System);
+        assert!(Context::new("bob", None, None).admission().is_bounded());
     }
 }

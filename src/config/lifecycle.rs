@@ -30,6 +30,10 @@ pub struct LifecycleConfig {
     /// Most delivery attempts under way per sink, for sinks that keep order across attempts
     /// (Kafka).
     pub in_flight: usize,
+    /// Most dead letters a sink holds. At the ceiling the sink stops at the next event it
+    /// would dead-letter (retrying it, `dead_letters_full`) until an operator drops or
+    /// redrives some: an event is never passed over without a dead letter.
+    pub max_dead_letters: u64,
 }
 
 impl LifecycleConfig {
@@ -42,6 +46,9 @@ impl LifecycleConfig {
         }
         if !(1..=64).contains(&self.in_flight) {
             return invalid("lifecycle.in_flight", "must be between 1 and 64");
+        }
+        if self.max_dead_letters == 0 {
+            return invalid("lifecycle.max_dead_letters", "must be at least 1");
         }
         let mut seen = HashSet::new();
         for name in &self.sinks {

@@ -5,6 +5,16 @@
 //! the event (through the writer); this module reads them and removes them, each removal with
 //! its audit row in one batch (it changes the node's operational state). They live in their
 //! own column family, never in the trail. Their layout is known here only.
+//!
+//! A sink holds at most `lifecycle.max_dead_letters`. They are not counted into the trail's
+//! ceilings: those prune the oldest rows to make room, and a dead letter must never be
+//! pruned (it is the only copy of an event its sink passed over), so a full trail would only
+//! refuse operators' changes, never stop the sink that fills it. Instead [`Held`] counts
+//! each sink's letters, and at the ceiling the sink stops before the next event it would
+//! dead-letter until an operator removes some: no event is passed over without its letter.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use ankusa_sinks::{Delivery, Event, Outcome, Sink};
 use cloudevents::AttributesReader;
@@ -13,6 +23,62 @@ use serde_json::{json, Value};
 
 use crate::audit::{Change, CommitError, Context, Trail};
 use crate::store::{keys, Cf, Entry, Store, StoreError};
+use crate::telemetry;
+
+/// How many dead letters one sink holds: counted from the store when the publisher starts,
+/// then kept by the sink's lane (which adds what it dead-letters, before the letters are
+/// durable) and the operator's removals (which take away what they removed). So it is
+/// never below what the store holds, and the lane never dead-letters past the ceiling.
+/// Shared by clones; each change is reported as the sink's gauge.
+#[derive(Debug, Clone)]
+pub struct Held {
+    sink: Arc<str>,
+    count: Arc<AtomicU64>,
+}
+
+impl Held {
+    /// Sink `sink`'s count, starting at `count` (what the store holds).
+    pub(crate) fn new(sink: &str, count: u64) -> Held {
+        telemetry::lifecycle::dead_letters_held(sink, count);
+        Held {
+            sink: sink.into(),
+            count: Arc::new(AtomicU64::new(count)),
+        }
+    }
+
+    /// The sink's name.
+    pub fn sink(&self) -> &str {
+        &self.sink
+    }
+
+    /// How many dead letters the sink holds.
+    pub fn get(&self) -> u64 {
+        self.count.load(Ordering::SeqCst)
+    }
+
+    /// How many more the sink may hold under `max`.
+    pub(crate) fn room(&self, max: u64) -> u64 {
+        max.saturating_sub(self.get())
+    }
+
+    /// `n` more dead letters, handed over to be written.
+    pub(crate) fn add(&self, n: u64) {
+        if n > 0 {
+            let now = self.count.fetch_add(n, Ordering::SeqCst).saturating_add(n);
+            telemetry::lifecycle::dead_letters_held(&self.sink, now);
+        }
+    }
+
+    /// `n` dead letters fewer, removed by an operator.
+    fn remove(&self, n: u64) {
+        let less = |c: u64| Some(c.saturating_sub(n));
+        let before = self
+            .count
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, less);
+        let now = before.map_or(0, |c| c.saturating_sub(n));
+        telemetry::lifecycle::dead_letters_held(&self.sink, now);
+    }
+}
 
 /// One dead letter.
 #[derive(Debug, Clone, Serialize)]
@@ -35,8 +101,8 @@ pub struct Redriven {
     /// Still refused or failing, and kept (the redrive stops at the first).
     pub remaining: u64,
     /// Why the redrive stopped before it tried every letter, when a letter was delivered but
-    /// its removal row could not be written (`store_unavailable`, `audit_backlog`): that letter
-    /// is kept, and sent again (same id) by the next redrive.
+    /// its removal row could not be written (`store_unavailable`; the backlog never refuses
+    /// it): that letter is kept, and sent again (same id) by the next redrive.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stopped: Option<&'static str>,
 }
@@ -88,27 +154,29 @@ pub fn list(
 #[error("no such dead letter")]
 pub struct NoSuchLetter;
 
-/// Remove dead letter `seq` of `sink` for good, with its audit row (`dead_letter.drop`) in
-/// the same batch. Returns the row's seq.
+/// Remove dead letter `seq` of the sink `held` counts for good, with its audit row
+/// (`dead_letter.drop`) in the same batch. Returns the row's seq.
 pub async fn drop_letter(
     trail: &Trail,
     ctx: Context,
-    sink: &str,
+    held: &Held,
     seq: u64,
 ) -> Result<u64, CommitError<NoSuchLetter>> {
-    remove(trail, ctx, sink, seq, "dead_letter.drop").await
+    remove(trail, ctx, held, seq, "dead_letter.drop").await
 }
 
-/// Send `sink`'s dead letters again through `target`, in seq order with their original ids;
-/// each one delivered is removed with an audit row (`dead_letter.redrive`). Stops at the
-/// first that fails again, or whose row cannot be written: an error only if nothing was
-/// removed yet, otherwise the report says why it stopped.
+/// Send the dead letters of the sink `held` counts again through `target`, in seq order with
+/// their original ids; each one delivered is removed with an audit row
+/// (`dead_letter.redrive`). Stops at the first that fails again, or whose row cannot be
+/// written: an error only if nothing was removed yet, otherwise the report says why it
+/// stopped.
 pub async fn redrive(
     trail: &Trail,
     ctx: Context,
-    sink: &str,
+    held: &Held,
     target: &dyn Sink,
 ) -> Result<Redriven, CommitError<NoSuchLetter>> {
+    let sink = held.sink();
     let mut report = Redriven::default();
     let mut after = 0;
     loop {
@@ -127,7 +195,7 @@ pub async fn redrive(
                 report.remaining = remaining(trail, sink).await?;
                 return Ok(report);
             }
-            match remove(trail, ctx.clone(), sink, letter.seq, "dead_letter.redrive").await {
+            match remove(trail, ctx.clone(), held, letter.seq, "dead_letter.redrive").await {
                 Ok(_) => report.delivered += 1,
                 Err(e) if report.delivered == 0 => return Err(e),
                 Err(e) => {
@@ -169,16 +237,20 @@ async fn remaining(trail: &Trail, sink: &str) -> Result<u64, StoreError> {
         .map_err(|e| StoreError::Unavailable(e.to_string()))?
 }
 
+/// Remove dead letter `seq` of the sink `held` counts with its `action` row, in one batch,
+/// and count it out. Never refused by the backlog or the ceilings ([`Context::relieving`]):
+/// a sink stopped at its dead-letter ceiling, or a backlog full behind it, waits for exactly
+/// this.
 async fn remove(
     trail: &Trail,
     ctx: Context,
-    sink: &str,
+    held: &Held,
     seq: u64,
     action: &'static str,
 ) -> Result<u64, CommitError<NoSuchLetter>> {
-    let sink = sink.to_owned();
+    let sink = held.sink().to_owned();
     let committed = trail
-        .commit(ctx, move |tx| {
+        .commit(ctx.relieving(), move |tx| {
             let key = keys::dead_letter_key(&sink, seq);
             if tx.get(Cf::DeadLetters, &key)?.is_none() {
                 return Err(CommitError::Refused(NoSuchLetter));
@@ -190,6 +262,7 @@ async fn remove(
             Ok((change, ()))
         })
         .await?;
+    held.remove(1);
     Ok(committed.seq)
 }
 

@@ -67,6 +67,7 @@ pub async fn start(
         batch: config.batch,
         idle: config.idle,
         in_flight: config.in_flight,
+        max_dead_letters: config.max_dead_letters,
     };
     Ok(Some(
         Publisher::start(trail.clone(), specs, options, shutdown).await?,

@@ -1,5 +1,6 @@
 //! The publisher's events (`ankusa_lifecycle_*`), per sink: deliveries, retries, dead
-//! letters, errors by kind, delivery latency, and each sink's persisted position and lag.
+//! letters (made, and held against `lifecycle.max_dead_letters`), errors by kind, delivery
+//! latency, and each sink's persisted position and lag.
 //!
 //! The sink's name is the only label besides a low-cardinality error kind (the sinks'
 //! outcome reasons are fixed strings). The sinks crate counts nothing itself: every outcome
@@ -18,6 +19,7 @@ struct Metrics {
     delivered: IntCounterVec,
     retries: IntCounterVec,
     dead_lettered: IntCounterVec,
+    dead_letters: IntGaugeVec,
     errors: IntCounterVec,
     delivery_seconds: HistogramVec,
     sink_position: IntGaugeVec,
@@ -38,6 +40,11 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     dead_lettered: counter_vec(
         "lifecycle_dead_lettered_total",
         "Events a sink refused for good",
+        &["sink"],
+    ),
+    dead_letters: gauge_vec(
+        "lifecycle_dead_letters",
+        "Dead letters a sink holds (its ceiling is lifecycle.max_dead_letters)",
         &["sink"],
     ),
     errors: counter_vec(
@@ -78,6 +85,14 @@ pub fn batch_handled(sink: &str, delivered: u64, dead: u64) {
     m.dead_lettered.with_label_values(&[sink]).inc_by(dead);
 }
 
+/// The sink holds `held` dead letters now.
+pub fn dead_letters_held(sink: &str, held: u64) {
+    METRICS
+        .dead_letters
+        .with_label_values(&[sink])
+        .set(i64::try_from(held).unwrap_or(i64::MAX));
+}
+
 /// The sink's lane failed with `kind` (a sink's outcome reason, or a publisher error kind);
 /// `retry`: the attempt is retried.
 pub fn sink_failed(sink: &str, kind: &str, retry: bool) {
@@ -104,6 +119,7 @@ pub fn position_reported(sink: &str, position: u64, lag: Duration) {
 pub(super) fn touch_every_metric() {
     delivery_attempted("file", Duration::from_millis(1));
     batch_handled("file", 1, 1);
+    dead_letters_held("file", 1);
     sink_failed("file", "publisher", true);
     position_reported("file", 1, Duration::from_secs(1));
 }

@@ -31,7 +31,7 @@ pub struct Limits {
     pub max_rows: u64,
     /// Most bytes (row and entity keys and values) the trail holds, likewise.
     pub max_bytes: u64,
-    /// Events no sink has confirmed at which an operator's change is refused.
+    /// Events no sink has confirmed at which an operator's (bounded) change is refused.
     pub outbox_max_backlog: u64,
 }
 

@@ -18,9 +18,9 @@ use crate::audit::writer::{Group, Writer};
 use crate::store::{keys, keys::meta, Cf, StoreError};
 use crate::telemetry;
 
-/// Put a pending row into the group: an operator's change may be refused by the outbox
-/// backlog or the ceilings (room is made for the row its finish will write), a system one
-/// never is.
+/// Put a pending row into the group: a bounded change (an operator's) may be refused by the
+/// outbox backlog or the ceilings (room is made for the row its finish will write), a system
+/// or relieving one never is.
 pub(crate) fn begin(w: &mut Writer, g: &mut Group, at: u64, req: Begin) -> Answer {
     let Begin {
         ctx,
@@ -28,7 +28,7 @@ pub(crate) fn begin(w: &mut Writer, g: &mut Group, at: u64, req: Begin) -> Answe
         abandoned,
         reply,
     } = req;
-    let exempt = ctx.is_system();
+    let exempt = !ctx.admission().is_bounded();
     if !exempt && g.backlog_full(&w.limits) {
         return refuse(g, "backlog", reply);
     }

@@ -1,11 +1,14 @@
 //! Admission: how a change offered to a group is decided, and the room made for its row.
 //!
 //! A change validates itself first, so that one that would change nothing hears why
-//! whatever the trail's state. Then an operator's change is checked against the outbox
-//! backlog, and the trail is pruned (oldest first, below the cursor, in the group's batch)
-//! to make room for its row under the ceilings; an operator's change that still does not
-//! fit is refused with `AuditBacklog`. A change the node makes itself is never refused.
-//! Each change is decided against the group so far, so the counters stay exact.
+//! whatever the trail's state. Then a bounded change (an operator's, `Admission::Bounded`)
+//! is checked against the outbox backlog, and the trail is pruned (oldest first, below the
+//! cursor, in the group's batch) to make room for its row under the ceilings; a bounded
+//! change that still does not fit is refused with `AuditBacklog`. A change the node makes
+//! itself, or an operator's that relieves the backlog (`Admission::Relieving`: enabling a
+//! sink, redriving or dropping dead letters, a backup), is never refused: refusing it would
+//! keep the backlog full. Each change is decided against the group so far, so the counters
+//! stay exact.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -55,8 +58,8 @@ impl Writer {
         };
         // Validated first: a change that would change nothing (a missing subject, bad input)
         // hears why, backlog or not. One that would is refused here, its ops dropped.
-        // A change the node makes itself is never refused: it may push the trail over.
-        let exempt = ctx.is_system();
+        // A system or relieving change is never refused: it may push the trail over.
+        let exempt = !ctx.admission().is_bounded();
         if !exempt && g.backlog_full(&self.limits) {
             return refuse(g, "backlog");
         }

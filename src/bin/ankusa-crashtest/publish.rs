@@ -86,6 +86,7 @@ pub fn exec(args: Args) {
             batch,
             idle: Duration::from_millis(20),
             in_flight: 4,
+            max_dead_letters: 100_000,
         };
         let stop = CancellationToken::new();
         let publisher = Publisher::start(trail.clone(), vec![spec], options, stop.clone())

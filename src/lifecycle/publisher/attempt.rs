@@ -3,7 +3,8 @@
 //! A sink answers an attempt with one outcome per event, in order. The lane reads them oldest
 //! first and moves its position over the events delivered or refused for good (dead-lettered)
 //! up to the first that failed: never over a gap, so the position is always the highest
-//! *contiguous* confirmed seq.
+//! *contiguous* confirmed seq. An event refused for good when the sink's dead letters are
+//! full is a failure too: it is not passed over without its dead letter.
 
 use std::time::{Duration, Instant};
 
@@ -33,6 +34,9 @@ pub(super) enum Failure {
     Retry(Option<Duration>, String),
     /// The destination is gone (a 410): the sink stops at its position.
     Disabled(String),
+    /// An event refused for good, with no room for its dead letter: the sink stops before
+    /// it, retrying, until an operator removes dead letters.
+    DeadLettersFull,
 }
 
 /// What an attempt's outcomes come to, read in order up to the first failure.
@@ -50,8 +54,15 @@ pub(super) struct Tally {
 }
 
 /// Read sink `sink`'s outcomes of `page`, in order, from `position`: the position moves over
-/// delivered and dead-lettered events up to the first that failed.
-pub(super) fn tally(sink: &str, position: u64, page: &Page, outcomes: &[Outcome]) -> Tally {
+/// delivered and dead-lettered events up to the first that failed, dead-lettering at most
+/// `room` (the first refused one beyond it fails the attempt).
+pub(super) fn tally(
+    sink: &str,
+    position: u64,
+    room: u64,
+    page: &Page,
+    outcomes: &[Outcome],
+) -> Tally {
     let mut tally = Tally {
         to: position,
         dead: Vec::new(),
@@ -61,6 +72,11 @@ pub(super) fn tally(sink: &str, position: u64, page: &Page, outcomes: &[Outcome]
     for (i, d) in page.deliveries.iter().enumerate() {
         match outcomes.get(i) {
             Some(Outcome::Delivered) => tally.delivered += 1,
+            Some(Outcome::Rejected { reason }) if tally.dead.len() as u64 >= room => {
+                tracing::error!(sink = %sink, seq = d.seq, reason = %reason, "lifecycle event refused for good, and the sink's dead letters are full; stopping before it until an operator drops or redrives some");
+                tally.failure = Some(Failure::DeadLettersFull);
+                break;
+            }
             Some(Outcome::Rejected { reason }) => {
                 tracing::error!(sink = %sink, seq = d.seq, reason = %reason, "lifecycle event refused for good; dead-lettered");
                 let letter = dead_letters::encode(sink, d, reason, page.ats[i]);

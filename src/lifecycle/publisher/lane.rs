@@ -10,6 +10,11 @@
 //!
 //! The shutdown token is looked at whenever the lane picks its next state from the window
 //! ([`Lane::next_state`]), and waits (idle, backoff, disabled) end on it.
+//!
+//! The lane dead-letters at most `max_dead_letters` for its sink ([`Held`] counts them, with
+//! the operators' removals): an event refused for good beyond that is a failure, retried
+//! with the sink's backoff (`dead_letters_full`), so the position never passes it without
+//! its dead letter.
 
 mod confirming;
 mod sending;
@@ -26,6 +31,7 @@ use super::persister::Persister;
 use super::reader::{Outbox, Page, Reader};
 use super::{PublisherOptions, SinkSpec};
 use crate::audit::Trail;
+use crate::lifecycle::dead_letters::Held;
 use crate::lifecycle::status::{self, SharedStatus, SinkState};
 
 /// Where a lane is: what its next step does.
@@ -48,6 +54,16 @@ pub(super) enum State {
     Stopped,
 }
 
+/// What a lane shares with the publisher's handle, and through it with the API.
+pub(super) struct Shared {
+    /// What operators see of the sink; the lane writes it.
+    pub(super) status: SharedStatus,
+    /// How many times an operator enabled the sink again.
+    pub(super) enables: watch::Receiver<u64>,
+    /// How many dead letters the sink holds; operators' removals count theirs out.
+    pub(super) held: Held,
+}
+
 /// One sink's lane, and all of its state.
 pub(super) struct Lane {
     /// The trail: its outbox is read, positions and `sink.disable` rows go through it.
@@ -62,6 +78,8 @@ pub(super) struct Lane {
     shutdown: CancellationToken,
     /// How many times an operator enabled the sink again (see [`super::Publisher::enable`]).
     enables: watch::Receiver<u64>,
+    /// How many dead letters the sink holds, against `options.max_dead_letters`.
+    held: Held,
     /// The trail's committed seq: a change wakes an idle lane.
     committed: watch::Receiver<u64>,
     /// Writes the positions, in order, in a task of its own.
@@ -89,11 +107,15 @@ impl Lane {
         trail: &Trail,
         spec: SinkSpec,
         options: PublisherOptions,
-        status: SharedStatus,
+        shared: Shared,
         shutdown: CancellationToken,
-        enables: watch::Receiver<u64>,
         position: u64,
     ) -> Lane {
+        let Shared {
+            status,
+            enables,
+            held,
+        } = shared;
         Lane {
             committed: trail.committed(),
             persister: Persister::start(trail, &spec.name, &status),
@@ -103,6 +125,7 @@ impl Lane {
             status,
             shutdown,
             enables,
+            held,
             readers: TaskTracker::new(),
             position,
             window: VecDeque::new(),

@@ -8,10 +8,12 @@
 //! delivery never waits on an fsync; `m:lifecycle_cursor` is their minimum, so one broken sink
 //! never stalls the others, and a crash between a confirmation and its persistence only
 //! redelivers (with the same id). Commits wake the lanes through the trail's committed-seq
-//! watch (a hint); a timer is the fallback.
+//! watch (a hint); a timer is the fallback. A sink holds at most `max_dead_letters` dead
+//! letters: at the ceiling its lane stops before the next event it would dead-letter,
+//! retrying, until an operator removes some (`dead_letters::Held` counts them for both).
 //!
 //! This file is the handle: it starts the lanes, enables a sink its destination disabled,
-//! and shows their statuses.
+//! and shows their statuses and dead-letter counts.
 
 mod attempt;
 mod lane;
@@ -26,7 +28,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use self::lane::Lane;
+use self::lane::{Lane, Shared};
+use super::dead_letters::{self, Held};
 use super::status::{self, SharedStatus, SinkState, SinkStatus};
 use crate::audit::{Change, CommitError, Context, Trail};
 use crate::store::{keys::meta, StoreError};
@@ -43,6 +46,8 @@ pub struct PublisherOptions {
     /// Most attempts under way per sink, for sinks that keep order across attempts (Kafka);
     /// the others have one at a time.
     pub in_flight: usize,
+    /// Most dead letters a sink holds (`lifecycle.max_dead_letters`).
+    pub max_dead_letters: u64,
 }
 
 /// A configured sink, ready to run.
@@ -59,6 +64,8 @@ pub struct SinkSpec {
 pub struct Publisher {
     sinks: Vec<(String, Arc<dyn Sink>)>,
     statuses: Vec<SharedStatus>,
+    /// Per sink, how many dead letters it holds (its lane adds, operators' removals take away).
+    held: Vec<Held>,
     /// Per sink, how many times an operator enabled it again (its lane waits for a newer
     /// count while disabled).
     enables: Vec<watch::Sender<u64>>,
@@ -93,39 +100,37 @@ impl Publisher {
         options: PublisherOptions,
         shutdown: CancellationToken,
     ) -> Result<Publisher, StoreError> {
-        let mut statuses = Vec::new();
-        let mut enables = Vec::new();
+        let (mut statuses, mut held, mut enables) = (Vec::new(), Vec::new(), Vec::new());
         let mut tasks = Vec::new();
         let names = sinks
             .iter()
             .map(|s| (s.name.clone(), s.sink.clone()))
             .collect();
-        let positions = read_positions(&trail, &sinks).await?;
-        for (spec, position) in sinks.into_iter().zip(positions) {
+        let starts = read_starts(&trail, &sinks).await?;
+        for (spec, (position, letters)) in sinks.into_iter().zip(starts) {
             let status = status::starting(&spec.name, spec.sink.kind(), position);
             let (enable, enabled) = watch::channel(0);
             let (trail, options) = (trail.clone(), options.clone());
-            let (shutdown, lane_status) = (shutdown.clone(), status.clone());
+            let shutdown = shutdown.clone();
+            let shared = Shared {
+                status: status.clone(),
+                enables: enabled,
+                held: letters.clone(),
+            };
             // The lane is made in its task, where it starts its persister and its reads.
             tasks.push(tokio::spawn(async move {
-                Lane::new(
-                    &trail,
-                    spec,
-                    options,
-                    lane_status,
-                    shutdown,
-                    enabled,
-                    position,
-                )
-                .run()
-                .await
+                Lane::new(&trail, spec, options, shared, shutdown, position)
+                    .run()
+                    .await
             }));
             statuses.push(status);
+            held.push(letters);
             enables.push(enable);
         }
         Ok(Publisher {
             sinks: names,
             statuses,
+            held,
             enables,
             enabling: tokio::sync::Mutex::new(()),
             tasks: std::sync::Mutex::new(tasks),
@@ -134,7 +139,9 @@ impl Publisher {
 
     /// Enable sink `name` again after its destination disabled it (a 410), once the operator
     /// has mended the destination: its lane resumes from its position. Records the operator's
-    /// act (`sink.enable`, resource `sinks/<name>`) first; returns the row's seq.
+    /// act (`sink.enable`, resource `sinks/<name>`) first; returns the row's seq. The row is
+    /// never refused by the backlog or the ceilings: a disabled sink holds the cursor, so
+    /// its enable is what drains a full backlog ([`Context::relieving`]).
     pub async fn enable(
         &self,
         trail: &Trail,
@@ -156,7 +163,9 @@ impl Publisher {
         }
         let sink = name.to_owned();
         let committed = trail
-            .commit(ctx, move |_| Ok((sink_change("sink.enable", &sink), ())))
+            .commit(ctx.relieving(), move |_| {
+                Ok((sink_change("sink.enable", &sink), ()))
+            })
             .await?;
         self.enables[index].send_modify(|count| *count += 1);
         status::update(status, |s| s.state = SinkState::Running);
@@ -166,6 +175,13 @@ impl Publisher {
     /// Every sink's status.
     pub fn statuses(&self) -> Vec<SinkStatus> {
         self.statuses.iter().map(status::snapshot).collect()
+    }
+
+    /// How many dead letters sink `name` holds, kept with its lane: what removing its dead
+    /// letters (`dead_letters::drop_letter`, `redrive`) counts out.
+    pub fn held(&self, name: &str) -> Option<Held> {
+        let index = self.sinks.iter().position(|(n, _)| n == name)?;
+        Some(self.held[index].clone())
     }
 
     /// The sink named `name`, for operations beside its lane (redriving dead letters).
@@ -188,16 +204,20 @@ impl Publisher {
     }
 }
 
-/// Every sink's persisted position, read off the runtime before any lane starts: a read that
-/// fails leaves none running.
-async fn read_positions(trail: &Trail, sinks: &[SinkSpec]) -> Result<Vec<u64>, StoreError> {
+/// Every sink's persisted position and the dead letters it holds, read off the runtime
+/// before any lane starts: a read that fails leaves none running.
+async fn read_starts(trail: &Trail, sinks: &[SinkSpec]) -> Result<Vec<(u64, Held)>, StoreError> {
     let store = trail.store().clone();
-    let cursors: Vec<_> = sinks.iter().map(|s| meta::sink_cursor(&s.name)).collect();
+    let names: Vec<String> = sinks.iter().map(|s| s.name.clone()).collect();
     tokio::task::spawn_blocking(move || {
-        cursors
+        names
             .iter()
-            .map(|cursor| store.meta_u64(cursor))
-            .collect::<Result<Vec<u64>, StoreError>>()
+            .map(|name| {
+                let position = store.meta_u64(&meta::sink_cursor(name))?;
+                let held = Held::new(name, dead_letters::count(&store, name)?);
+                Ok((position, held))
+            })
+            .collect::<Result<Vec<_>, StoreError>>()
     })
     .await
     .map_err(|e| StoreError::Unavailable(e.to_string()))?

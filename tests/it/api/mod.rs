@@ -4,6 +4,8 @@ mod audit;
 mod auth;
 mod input;
 pub(crate) mod lifecycle;
+mod lifecycle_backlog;
+mod lifecycle_dead_letters;
 mod limits;
 mod secret_probing;
 mod secrets;

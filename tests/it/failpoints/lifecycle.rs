@@ -37,9 +37,14 @@ async fn a_redrive_cut_short_by_the_store_reports_what_it_did() {
     // Every write through the syncer; the first (letter 1's row) lands, the next fails.
     fail::cfg("audit::inline", "return").unwrap();
     fail::cfg("audit::write", "1*off->return").unwrap();
-    let report = dead_letters::redrive(&trail, ctx("ops"), "hook", &*p.sink("hook").unwrap())
-        .await
-        .unwrap();
+    let report = dead_letters::redrive(
+        &trail,
+        ctx("ops"),
+        &p.held("hook").unwrap(),
+        &*p.sink("hook").unwrap(),
+    )
+    .await
+    .unwrap();
     scenario.teardown();
     assert_eq!(
         report,

@@ -54,6 +54,7 @@ async fn events_reach_a_real_broker_with_every_header_key_and_payload() {
         batch: 16,
         idle: Duration::from_millis(50),
         in_flight: 4,
+        max_dead_letters: 100_000,
     };
     let publisher = Running::start(&trail, vec![spec], options).await;
     eventually("delivery", Duration::from_secs(60), async || {

@@ -62,6 +62,7 @@ async fn ten_thousand_events_reach_kafka_in_order_per_key_with_stable_ids() {
         batch: 500,
         idle: Duration::from_millis(50),
         in_flight: 4,
+        max_dead_letters: 100_000,
     };
     let publisher = Running::start(&trail, vec![spec], options).await;
     eventually("delivery", Duration::from_secs(60), async || {
@@ -139,6 +140,7 @@ async fn a_broker_outage_with_attempts_in_flight_loses_nothing_and_keeps_key_ord
         batch: 50,
         idle: Duration::from_millis(50),
         in_flight: 4,
+        max_dead_letters: 100_000,
     };
     let publisher = Running::start(&trail, vec![spec], options).await;
     eventually("some delivery", Duration::from_secs(60), async || {

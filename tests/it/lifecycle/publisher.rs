@@ -47,6 +47,7 @@ pub(crate) fn options() -> PublisherOptions {
         batch: 256,
         idle: Duration::from_millis(50),
         in_flight: 4,
+        max_dead_letters: 100_000,
     }
 }
 
@@ -413,9 +414,14 @@ async fn an_event_refused_for_good_is_dead_lettered_and_the_sink_moves_on() {
     // The operator redrives it: same id, and the dead letter is gone.
     let listed = dead_letters::list(trail.store(), "hook", 0, 10).unwrap();
     assert_eq!(listed.iter().map(|l| l.seq).collect::<Vec<_>>(), vec![1]);
-    let report = dead_letters::redrive(&trail, ctx("ops"), "hook", &*p.sink("hook").unwrap())
-        .await
-        .unwrap();
+    let report = dead_letters::redrive(
+        &trail,
+        ctx("ops"),
+        &p.held("hook").unwrap(),
+        &*p.sink("hook").unwrap(),
+    )
+    .await
+    .unwrap();
     assert_eq!(
         report,
         dead_letters::Redriven {
@@ -441,7 +447,7 @@ async fn an_event_refused_for_good_is_dead_lettered_and_the_sink_moves_on() {
         ),
         ("dead_letter.redrive", "sinks/hook/dead-letters/1", "ops")
     );
-    let err = dead_letters::drop_letter(&trail, ctx("ops"), "hook", 1)
+    let err = dead_letters::drop_letter(&trail, ctx("ops"), &p.held("hook").unwrap(), 1)
         .await
         .unwrap_err();
     assert_eq!(err, CommitError::Refused(dead_letters::NoSuchLetter));

@@ -74,6 +74,7 @@ pub async fn publish_to(trail: &Trail, events: &Path, last: u64) {
         batch: 4,
         idle: Duration::from_millis(20),
         in_flight: 4,
+        max_dead_letters: 100_000,
     };
     let publisher = Running::start(trail, vec![file_sink(events)], options).await;
     let published = async || publisher.statuses()[0].position >= last;

@@ -1,6 +1,7 @@
 //! The lane's confirming states: the oldest attempt's outcomes move the position, and a
-//! failure leads the lane to back off (retry) or to wait for an operator (disabled). Either
-//! way what is still under way is abandoned: its outcomes are ignored and it is sent again.
+//! failure leads the lane to back off (retry, also when the sink's dead letters are full) or
+//! to wait for an operator (disabled). Either way what is still under way is abandoned: its
+//! outcomes are ignored and it is sent again.
 
 use std::time::Duration;
 
@@ -11,6 +12,9 @@ use crate::lifecycle::publisher::sink_change;
 use crate::lifecycle::status::{self, SinkState};
 use crate::telemetry;
 
+/// The error kind (and the status' last error) of a sink stopped at its dead-letter ceiling.
+const DEAD_LETTERS_FULL: &str = "dead_letters_full";
+
 impl Lane {
     /// Await the oldest attempt's outcomes and move the position over what they confirm.
     pub(super) async fn confirm_oldest(&mut self) -> State {
@@ -19,8 +23,12 @@ impl Lane {
         };
         let outcomes = oldest.outcomes.await;
         telemetry::lifecycle::delivery_attempted(&self.spec.name, oldest.started.elapsed());
-        let tally = attempt::tally(&self.spec.name, self.position, &oldest.page, &outcomes);
+        let room = self.held.room(self.options.max_dead_letters);
+        let (sink, page) = (&self.spec.name, &oldest.page);
+        let tally = attempt::tally(sink, self.position, room, page, &outcomes);
         let dead_lettered = tally.dead.len() as u64;
+        // Counted before they are durable: the count is never below what the store holds.
+        self.held.add(dead_lettered);
         status::update(&self.status, |s| {
             s.delivered += tally.delivered;
             s.dead_lettered += dead_lettered;
@@ -38,6 +46,7 @@ impl Lane {
             None => self.confirmed(),
             Some(Failure::Retry(after, reason)) => self.retry(after, &reason).await,
             Some(Failure::Disabled(reason)) => self.disable(&reason).await,
+            Some(Failure::DeadLettersFull) => self.retry(None, DEAD_LETTERS_FULL).await,
         }
     }
 

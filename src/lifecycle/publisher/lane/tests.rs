@@ -104,10 +104,16 @@ async fn fixture(rows: u64, batch: usize, in_flight: usize, sink: Scripted) -> F
         batch,
         idle: Duration::from_secs(60),
         in_flight,
+        max_dead_letters: 100_000,
     };
     let (shutdown, (enable, enables)) = (CancellationToken::new(), watch::channel(0));
     let status = status::starting("s", "scripted", 0);
-    let lane = Lane::new(&trail, spec, options, status, shutdown.clone(), enables, 0);
+    let shared = Shared {
+        status,
+        enables,
+        held: dead_letters::Held::new("s", 0),
+    };
+    let lane = Lane::new(&trail, spec, options, shared, shutdown.clone(), 0);
     Fixture {
         _dir: dir,
         store,
@@ -270,4 +276,60 @@ async fn a_refusal_is_dead_lettered_and_a_gone_destination_waits_for_an_enable()
     let letters: Vec<_> = letters.iter().map(|l| (l.seq, l.reason.as_str())).collect();
     assert_eq!(letters, vec![(2, "too large")]);
     assert_eq!((status.delivered, status.dead_lettered), (3, 1));
+}
+
+/// At its dead-letter ceiling the lane does not pass over an event refused for good: it
+/// retries from before it until an operator drops a letter, then dead-letters one more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_its_dead_letter_ceiling_a_refusal_stops_the_lane_before_it() {
+    let sink = Scripted {
+        open: false,
+        script: |_| Outcome::Rejected {
+            reason: "unauthorized".into(),
+        },
+        handed: AtomicUsize::new(0),
+        attempts: Mutex::new(Vec::new()),
+    };
+    let mut f = fixture(4, 10, 1, sink).await;
+    f.lane.options.max_dead_letters = 2;
+    let seen = steps_until(&mut f.lane, "retrying").await;
+    let expected = [
+        ("resuming", 0),
+        ("reading", 0),
+        ("sending", 0), // 1 to 4
+        ("confirming", 0),
+        ("retrying", 2), // 1, 2 dead-lettered; no room for 3
+    ];
+    assert_eq!(seen, expected);
+    let status = status::snapshot(&f.lane.status);
+    assert_eq!(status.last_error.as_deref(), Some("dead_letters_full"));
+    assert_eq!(
+        (status.state, status.dead_lettered),
+        (SinkState::Retrying, 2)
+    );
+    // Full still: the retry stops before 3 again.
+    let seen = steps_until(&mut f.lane, "confirming").await;
+    assert_eq!(seen.last(), Some(&("confirming", 2)));
+    f.lane.step().await;
+    assert_eq!((name(&f.lane.state), f.lane.position), ("retrying", 2));
+    assert_eq!(f.lane.held.get(), 2);
+
+    // Once durable, an operator drops letter 1: room for one more.
+    while status::snapshot(&f.lane.status).position < 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let held = f.lane.held.clone();
+    dead_letters::drop_letter(&f.trail, Context::new("ops", None, None), &held, 1)
+        .await
+        .unwrap();
+    assert_eq!(held.get(), 1);
+    steps_until(&mut f.lane, "confirming").await;
+    f.lane.step().await;
+    assert_eq!((name(&f.lane.state), f.lane.position), ("retrying", 3));
+    assert_eq!(held.get(), 2);
+    let (store, _) = stop(f).await;
+    let letters = dead_letters::list(&store, "s", 0, 10).unwrap();
+    let seqs: Vec<u64> = letters.iter().map(|l| l.seq).collect();
+    assert_eq!(seqs, vec![2, 3]);
+    assert_eq!(store.meta_u64(&meta::sink_cursor("s")).unwrap(), 3);
 }
