@@ -124,6 +124,7 @@ async fn on_a_running_node_rows_committed_after_a_jump_do_not_expire_the_rows_be
     let report = sweep_until(&trail, None, Some(trusted)).await.unwrap();
     assert_eq!(report.pruned, 0, "{report:?}");
     assert_eq!(seqs(&trail), (1..=6).collect::<Vec<_>>());
+    assert_eq!(jumps("ahead"), 1, "one leap, reported once");
 
     // Thirty-one days on by the monotonic clock, the rows of T0 expire as they should.
     let trusted = timeline.trusted(clock.now_ms(), hour + Duration::from_secs(31 * 86_400));
