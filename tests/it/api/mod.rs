@@ -3,6 +3,7 @@
 mod audit;
 mod auth;
 mod input;
+mod openapi;
 pub(crate) mod lifecycle;
 mod secret_probing;
 mod secrets;
