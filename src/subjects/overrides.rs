@@ -86,7 +86,8 @@ mod integral {
     fn from_number<E: Error>(n: serde_json::Number) -> Result<u32, E> {
         let expected = &"u32";
         if let Some(i) = n.as_u64() {
-            return u32::try_from(i).map_err(|_| E::invalid_value(Unexpected::Unsigned(i), expected));
+            return u32::try_from(i)
+                .map_err(|_| E::invalid_value(Unexpected::Unsigned(i), expected));
         }
         if let Some(i) = n.as_i64() {
             return Err(E::invalid_value(Unexpected::Signed(i), expected));

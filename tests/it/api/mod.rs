@@ -3,8 +3,8 @@
 mod audit;
 mod auth;
 mod input;
-mod openapi;
 pub(crate) mod lifecycle;
+mod openapi;
 mod secret_probing;
 mod secrets;
 mod sources;

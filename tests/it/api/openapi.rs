@@ -36,7 +36,10 @@ fn parameter<'a>(doc: &'a Value, method: &str, path: &str, name: &str) -> &'a Va
 
 /// Property `name` of component schema `schema`.
 fn property<'a>(doc: &'a Value, schema: &str, name: &str) -> &'a Value {
-    resolve(doc, &doc["components"]["schemas"][schema]["properties"][name])
+    resolve(
+        doc,
+        &doc["components"]["schemas"][schema]["properties"][name],
+    )
 }
 
 /// Every `(method, path)` whose operation takes `If-Match`.
@@ -179,8 +182,10 @@ async fn lengths_are_counted_in_characters_as_the_document_counts_them() {
             Method::POST,
             "/admin/v1/tenants/t1/quarantine",
             ADMIN,
-            Some(json!({"id": "q1", "resource": "sources/s1", "reason": "ß".repeat(512),
-                        "until": until})),
+            Some(
+                json!({"id": "q1", "resource": "sources/s1", "reason": "ß".repeat(512),
+                        "until": until}),
+            ),
         )
         .await;
     assert_eq!(entry.status, StatusCode::CREATED, "{}", entry.text);
@@ -206,7 +211,11 @@ fn seqs_and_afters_stay_within_the_servers_integers() {
             "/admin/v1/lifecycle/sinks/{sink}/dead-letters/{seq}",
             "seq",
         ),
-        ("get", "/admin/v1/lifecycle/sinks/{sink}/dead-letters", "after"),
+        (
+            "get",
+            "/admin/v1/lifecycle/sinks/{sink}/dead-letters",
+            "after",
+        ),
         ("get", "/admin/v1/audit/{seq}", "seq"),
         ("get", "/admin/v1/audit", "after"),
     ] {
@@ -230,7 +239,12 @@ async fn the_largest_seq_the_document_allows_is_accepted() {
         .await;
     assert_error(&row, 404, "not_found");
     let page = node
-        .call(Method::GET, &format!("/admin/v1/audit?after={max}"), ADMIN, None)
+        .call(
+            Method::GET,
+            &format!("/admin/v1/audit?after={max}"),
+            ADMIN,
+            None,
+        )
         .await;
     assert_eq!(page.status, StatusCode::OK, "{}", page.text);
     node.stop().await;
@@ -298,7 +312,10 @@ fn replay_range_rules_are_documented_in_words() {
     let doc = doc();
     let to = property(&doc, "NewReplay", "to");
     let said = to["description"].as_str().unwrap();
-    assert!(said.starts_with("After `from`, at most 366 days after it"), "{said}");
+    assert!(
+        said.starts_with("After `from`, at most 366 days after it"),
+        "{said}"
+    );
     assert!(said.contains("JSON Schema cannot say"), "{said}");
     let op = &doc["paths"]["/admin/v1/tenants/{tenant}/replay-jobs"]["post"];
     assert!(op["description"]
