@@ -16,7 +16,7 @@ use super::subject::page_limit;
 use super::AppState;
 use crate::audit::{self, Filter};
 
-/// The longest filter value accepted.
+/// The longest filter value accepted, in characters (as the document's `maxLength` counts).
 const MAX_FILTER_LEN: usize = 256;
 
 /// The most rows one request reads, matching or not: a filter few rows match answers with
@@ -82,10 +82,16 @@ pub async fn get(
 
 fn checked(field: &str, value: Option<String>) -> Result<Option<String>, ApiError> {
     match value {
-        Some(v) if v.is_empty() || v.len() > MAX_FILTER_LEN || v.chars().any(char::is_control) => {
+        Some(v)
+            if v.is_empty()
+                || v.chars().count() > MAX_FILTER_LEN
+                || v.chars().any(char::is_control) =>
+        {
             Err(ApiError::bad(
                 field,
-                format!("{field}: must be 1 to {MAX_FILTER_LEN} bytes without control characters"),
+                format!(
+                    "{field}: must be 1 to {MAX_FILTER_LEN} characters without control characters"
+                ),
             ))
         }
         v => Ok(v),

@@ -234,12 +234,35 @@ pub fn check_if_match(
     }
 }
 
-/// Check free text named `field`: 1 to `max` bytes, no control characters.
+/// Deserialize an optional field that, when present, must hold a value: `null` is refused as
+/// the document refuses it (a field left out is the way to say "none"), rather than read as
+/// if the field were absent.
+pub(crate) fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
+}
+
+/// A text's length as the API counts it: in characters, as JSON Schema's `maxLength` does,
+/// so that a text the document allows is never refused for its bytes.
+pub fn char_len(value: &str) -> usize {
+    value.chars().count()
+}
+
+/// Whether `key` is a key a `config` or `filter` object may have: 1 to 128 characters, no
+/// control characters.
+pub fn is_object_key(key: &str) -> bool {
+    !key.is_empty() && char_len(key) <= 128 && !key.chars().any(char::is_control)
+}
+
+/// Check free text named `field`: 1 to `max` characters, no control characters.
 pub fn check_text(field: &str, value: &str, max: usize) -> Result<(), SubjectError> {
-    if value.is_empty() || value.len() > max {
+    if value.is_empty() || char_len(value) > max {
         return Err(SubjectError::invalid(
             field,
-            format!("must be 1 to {max} bytes"),
+            format!("must be 1 to {max} characters"),
         ));
     }
     if value.chars().any(char::is_control) {

@@ -54,15 +54,51 @@ impl Subject for Override {
     }
 }
 
-/// The body of a set.
+/// The body of a set. `rate` and `burst` are integers, read as JSON Schema reads them: `1.0`
+/// is the integer 1 (a generated client may write it so), `1.5` is refused.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SetOverride {
     /// Requests per second, 1 to [`MAX_RATE`].
+    #[serde(deserialize_with = "integral::u32")]
     pub rate: u32,
     /// Burst, 1 to [`MAX_BURST`].
-    #[serde(default)]
+    #[serde(default, deserialize_with = "integral::optional_u32")]
     pub burst: Option<u32>,
+}
+
+/// Integers that may be written with a zero fraction (`1.0`, `1e3`).
+mod integral {
+    use serde::de::{Deserializer, Error, Unexpected};
+    use serde::Deserialize;
+
+    /// A `u32`, from an integer or a float with no fraction.
+    pub fn u32<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+        from_number(serde_json::Number::deserialize(d)?)
+    }
+
+    /// A field that may be left out but, present, holds a `u32` (`null` is refused, as
+    /// the document refuses it).
+    pub fn optional_u32<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+        u32(d).map(Some)
+    }
+
+    fn from_number<E: Error>(n: serde_json::Number) -> Result<u32, E> {
+        let expected = &"u32";
+        if let Some(i) = n.as_u64() {
+            return u32::try_from(i)
+                .map_err(|_| E::invalid_value(Unexpected::Unsigned(i), expected));
+        }
+        if let Some(i) = n.as_i64() {
+            return Err(E::invalid_value(Unexpected::Signed(i), expected));
+        }
+        let f = n.as_f64().unwrap_or(f64::NAN);
+        if f.fract() == 0.0 && (0.0..=f64::from(u32::MAX)).contains(&f) {
+            // Integral and in range: the cast is exact.
+            return Ok(f as u32);
+        }
+        Err(E::invalid_type(Unexpected::Float(f), expected))
+    }
 }
 
 /// Create or replace the override of `key` for `tenant` (`override.set`).

@@ -15,7 +15,7 @@ use super::{
 };
 use crate::audit::{Context, Trail};
 
-/// The longest `reason`, in bytes.
+/// The longest `reason`, in characters.
 pub const MAX_REASON_LEN: usize = 512;
 /// How far ahead `until` may be.
 pub const MAX_DAYS: i64 = 3660;

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-/// The longest secret accepted, in bytes.
+/// The longest secret accepted, in characters.
 pub const MAX_SECRET_LEN: usize = 4096;
 
 /// A secret as a caller sent it. Its `Debug` never shows it, and it cannot be serialized:
@@ -38,6 +38,11 @@ impl Secret {
     /// The secret's length in bytes (for validation messages, never the bytes).
     pub fn len(&self) -> usize {
         self.0.len()
+    }
+
+    /// The secret's length in characters, as the API's limit counts it.
+    pub fn chars(&self) -> usize {
+        self.0.chars().count()
     }
 
     /// Whether the secret is empty.

@@ -16,8 +16,8 @@ use super::redact::{redact, Redacted};
 use super::remote::RemoteSubject;
 use super::secret::{Secret, Verifier, MAX_SECRET_LEN};
 use super::{
-    apply, check_if_match, commit_change, load, remove, require, unchanged, ChangeResult, Effect,
-    IfMatch, Kind, Subject, SubjectError,
+    apply, char_len, check_if_match, commit_change, is_object_key, load, remove, require,
+    unchanged, ChangeResult, Effect, IfMatch, Kind, Subject, SubjectError,
 };
 use crate::audit::{Context, Trail};
 
@@ -93,7 +93,7 @@ pub struct NewSource {
     /// Its kind.
     pub kind: String,
     /// Its secret (write-only).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::present")]
     pub secret: Option<Secret>,
     /// Its settings (default: empty).
     #[serde(default)]
@@ -105,10 +105,13 @@ pub struct NewSource {
 #[serde(deny_unknown_fields)]
 pub struct SourcePatch {
     /// A new kind.
+    #[serde(default, deserialize_with = "super::present")]
     pub kind: Option<String>,
     /// A new secret.
+    #[serde(default, deserialize_with = "super::present")]
     pub secret: Option<Secret>,
     /// A new config (replaces the whole object).
+    #[serde(default, deserialize_with = "super::present")]
     pub config: Option<Map<String, Value>>,
 }
 
@@ -273,10 +276,10 @@ fn check_kind(kind: &str) -> Result<(), SubjectError> {
 }
 
 fn check_secret(secret: &Secret) -> Result<(), SubjectError> {
-    if secret.is_empty() || secret.len() > MAX_SECRET_LEN {
+    if secret.is_empty() || secret.chars() > MAX_SECRET_LEN {
         return Err(SubjectError::invalid(
             "secret",
-            format!("must be 1 to {MAX_SECRET_LEN} bytes"),
+            format!("must be 1 to {MAX_SECRET_LEN} characters"),
         ));
     }
     Ok(())
@@ -289,15 +292,12 @@ fn check_config(config: &Map<String, Value>) -> Result<(), SubjectError> {
             format!("has more than {MAX_CONFIG_KEYS} keys"),
         ));
     }
-    if let Some(k) = config
-        .keys()
-        .find(|k| k.is_empty() || k.len() > 128 || k.chars().any(char::is_control))
-    {
+    if let Some(k) = config.keys().find(|k| !is_object_key(k)) {
         return Err(SubjectError::invalid(
             "config",
             format!(
-                "key of {} bytes: keys must be 1 to 128 bytes without control characters",
-                k.len()
+                "key of {} characters: keys must be 1 to 128 characters without control characters",
+                char_len(k)
             ),
         ));
     }

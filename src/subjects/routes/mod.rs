@@ -22,7 +22,7 @@ use super::redact::{redact_route, Redacted};
 use super::remote::memory::MemoryStore;
 use super::remote::redis::RedisStore;
 use super::remote::{RemoteStore, RemoteSubject};
-use super::SubjectError;
+use super::{char_len, is_object_key, SubjectError};
 use crate::config::{RemoteStoreKind, RoutesConfig};
 use crate::store::StoreError;
 
@@ -33,7 +33,7 @@ pub type RouteStore = dyn RemoteStore<Route>;
 
 /// The most keys a route's `filter` may have.
 pub const MAX_FILTER_KEYS: usize = 64;
-/// The longest `destination`, in bytes.
+/// The longest `destination`, in characters.
 pub const MAX_DESTINATION_LEN: usize = 2048;
 
 /// A route as stored.
@@ -83,12 +83,16 @@ fn yes() -> bool {
 #[serde(deny_unknown_fields)]
 pub struct RoutePatch {
     /// A new source.
+    #[serde(default, deserialize_with = "super::present")]
     pub source: Option<String>,
     /// A new destination.
+    #[serde(default, deserialize_with = "super::present")]
     pub destination: Option<String>,
     /// A new filter (replaces the whole object).
+    #[serde(default, deserialize_with = "super::present")]
     pub filter: Option<Map<String, Value>>,
     /// Turn it on or off.
+    #[serde(default, deserialize_with = "super::present")]
     pub enabled: Option<bool>,
 }
 
@@ -189,13 +193,13 @@ impl RoutePatch {
     }
 }
 
-/// An `http://` or `https://` URL of at most [`MAX_DESTINATION_LEN`] bytes, without
+/// An `http://` or `https://` URL of at most [`MAX_DESTINATION_LEN`] characters, without
 /// whitespace, control characters or credentials (a route's view is published: a password in
 /// a URL would go with it).
 fn check_destination(destination: &str) -> Result<(), SubjectError> {
     let invalid = |why: &str| Err(SubjectError::invalid("destination", why));
-    if destination.is_empty() || destination.len() > MAX_DESTINATION_LEN {
-        return invalid("must be 1 to 2048 bytes");
+    if destination.is_empty() || char_len(destination) > MAX_DESTINATION_LEN {
+        return invalid("must be 1 to 2048 characters");
     }
     if destination
         .chars()
@@ -226,13 +230,10 @@ fn check_filter(filter: &Map<String, Value>) -> Result<(), SubjectError> {
             format!("has more than {MAX_FILTER_KEYS} keys"),
         ));
     }
-    if filter
-        .keys()
-        .any(|k| k.is_empty() || k.len() > 128 || k.chars().any(char::is_control))
-    {
+    if !filter.keys().all(|k| is_object_key(k)) {
         return Err(SubjectError::invalid(
             "filter",
-            "keys must be 1 to 128 bytes without control characters",
+            "keys must be 1 to 128 characters without control characters",
         ));
     }
     Ok(())

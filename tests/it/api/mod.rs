@@ -7,6 +7,7 @@ pub(crate) mod lifecycle;
 mod lifecycle_backlog;
 mod lifecycle_dead_letters;
 mod limits;
+mod openapi;
 mod secret_probing;
 mod secrets;
 mod sources;
