@@ -48,6 +48,15 @@ fn row_of(action: &str, resource: &str, actor: &str) -> (String, String, String)
     (action.into(), resource.into(), actor.into())
 }
 
+/// The lifecycle cursor and the outbox backlog, as `GET /admin/v1/lifecycle` shows them.
+async fn cursor_and_backlog(node: &TestNode) -> (Option<u64>, Option<u64>) {
+    let s = node
+        .call(Method::GET, "/admin/v1/lifecycle", ADMIN, None)
+        .await
+        .json();
+    (s["cursor"].as_u64(), s["backlog"].as_u64())
+}
+
 /// The disabled sink's backlog fills; an ordinary change is refused, the enable is not (its
 /// row is the operator's), the sink drains the backlog, and ordinary changes are accepted
 /// again.
@@ -64,14 +73,7 @@ async fn a_sink_disabled_behind_a_full_backlog_is_enabled_and_drains_it() {
     assert_eq!(who_did(&node, 2).await.0, "sink.disable");
     // s1 and the disable row wait behind the cursor; s2 fills the backlog.
     create_source(&node, "s2").await;
-    let s = node
-        .call(Method::GET, "/admin/v1/lifecycle", ADMIN, None)
-        .await
-        .json();
-    assert_eq!(
-        (s["cursor"].as_u64(), s["backlog"].as_u64()),
-        (Some(0), Some(3))
-    );
+    assert_eq!(cursor_and_backlog(&node).await, (Some(0), Some(3)));
     refused_for_the_backlog(&node, "s3").await;
 
     receiver.answer(200);
@@ -118,14 +120,7 @@ async fn dead_letters_and_backups_are_accepted_with_the_backlog_full() {
     })
     .await;
     create_source(&node, "s4").await;
-    let s = node
-        .call(Method::GET, "/admin/v1/lifecycle", ADMIN, None)
-        .await
-        .json();
-    assert_eq!(
-        (s["cursor"].as_u64(), s["backlog"].as_u64()),
-        (Some(2), Some(3))
-    );
+    assert_eq!(cursor_and_backlog(&node).await, (Some(2), Some(3)));
     refused_for_the_backlog(&node, "s5").await;
 
     let r = node
