@@ -257,6 +257,9 @@ fn build(dir: &std::path::Path, n: u64) -> Usage {
             result: RowResult::Ok,
             publish: true,
             refresh: false,
+            version: None,
+            store: None,
+            snapshot: None,
         };
         let (k, v) = (keys::row_key(seq, at), serde_json::to_vec(&row).unwrap());
         let entity = serde_json::to_vec(

@@ -47,14 +47,14 @@ pub use context::{Admission, Context, SYSTEM_ACTOR};
 pub use dual::handle::{Finish, Pending, Recorded};
 pub use dual::pending_row::{decode_pending, pending_rows, PendingRow, PENDING_FORMAT};
 pub use dual::requests::Settled;
-pub use dual::settle::{Hold, Present, Reconcile, Reconcilers, SettleOptions};
+pub use dual::settle::{Hold, Present, Reading, Reconcile, Reconcilers, SettleOptions};
 pub use hash::canonical;
 pub use restore::first_boot::{RESTORE_ACTION, RESTORE_RESOURCE};
-pub use restore::incarnation::{History, Incarnation};
+pub use restore::incarnation::{now_micros, History, Incarnation};
 pub use restore::refresh::{Known, Refresh, Refreshed, SubjectKey, TrailStates, REFRESH_VERB};
 pub use row::{
     decode_row, decode_row_as, get, page, page_within, Change, Filter, Row, RowResult, Scanned,
-    ROW_FORMAT,
+    Stamp, Versioning, ROW_FORMAT,
 };
 pub use writer::tx::Tx;
 pub use writer::MAX_GROUP;
@@ -175,7 +175,7 @@ impl Trail {
             (hasher, counters),
             &options,
             clock.clone(),
-            dual.boot_last,
+            (dual.boot_last, history.current().base),
         )?;
         Ok(Trail {
             requests: running.requests,

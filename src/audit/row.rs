@@ -67,6 +67,39 @@ pub struct Row {
     /// Settlement could not tell what happened: publish the subject's present state.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub refresh: bool,
+    /// The subject's version after the change (routes and sources): from its store's one
+    /// counter, so it increases over every change of the subject, whoever made it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<u64>,
+    /// The store whose counter issued `version`, when it is shared (`redis:<id>`); `None`:
+    /// one of this node's own stores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<String>,
+    /// The snapshot this row belongs to: a marker, or an item it refreshed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
+}
+
+/// A subject's version and the store whose counter issued it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stamp {
+    /// The version.
+    pub version: u64,
+    /// The store, when it is shared by a fleet (`redis:<id>`); `None`: this node's own.
+    pub store: Option<String>,
+}
+
+/// Where a change's subject version comes from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Versioning {
+    /// It has none (subjects that publish no event).
+    #[default]
+    None,
+    /// Its store issued it.
+    Stamped(Stamp),
+    /// A subject of this node's own store: the writer derives it from the row's seq and the
+    /// incarnation (`Incarnation::version`), so a restore never issues one again.
+    Local,
 }
 
 /// A change as its caller describes it. The writer turns it into a [`Row`]: it hashes
@@ -93,6 +126,10 @@ pub struct Change {
     /// For a dual write: the subject's kind (`route`) and where its store finds it, so that
     /// settlement can read its present state (see [`crate::audit::Reconcile`]).
     pub locator: Option<(String, Value)>,
+    /// Its subject's version after the change.
+    pub versioning: Versioning,
+    /// The snapshot it belongs to.
+    pub snapshot: Option<String>,
 }
 
 impl Change {
@@ -133,6 +170,12 @@ impl Change {
     /// Set the redacted lifecycle entity.
     pub fn entity(mut self, entity: Value) -> Change {
         self.entity = Some(entity);
+        self
+    }
+
+    /// Set where its subject's version comes from.
+    pub fn versioning(mut self, versioning: Versioning) -> Change {
+        self.versioning = versioning;
         self
     }
 

@@ -69,8 +69,8 @@ pub fn partition_key(row: &EventRow<'_>) -> String {
     }
 }
 
-/// The `sequence` extension: the seq zero-padded to 20 digits (every `u64` fits), so it
-/// sorts as a string.
+/// The `sequence` (and `subjectversion`) extension: the number zero-padded to 20 digits
+/// (every `u64` fits), so it sorts as a string.
 pub fn sequence(seq: u64) -> String {
     let mut digits = itoa::Buffer::new();
     let digits = digits.format(seq);
@@ -112,7 +112,7 @@ pub fn build(
     let time: DateTime<Utc> = DateTime::from_timestamp_millis(row.at as i64)
         .ok_or_else(|| err(format!("bad time {}", row.at)))?;
     let data = data(row, entity);
-    EventBuilderV10::new()
+    let mut event = EventBuilderV10::new()
         .id(uuid_text(event_id(incarnation, row.seq)))
         .ty(event_type(row))
         .source(source)
@@ -121,9 +121,18 @@ pub fn build(
         .data("application/json", data)
         .extension("sequence", sequence(row.seq))
         .extension("incarnation", uuid_text(incarnation))
-        .extension("partitionkey", partition_key(row))
-        .build()
-        .map_err(|e| err(e.to_string()))
+        .extension("partitionkey", partition_key(row));
+    if let Some(version) = row.version {
+        // A node's own stores are named by the node: its source.
+        let store = row.store.as_deref().unwrap_or(source);
+        event = event
+            .extension("subjectversion", sequence(version))
+            .extension("subjectstore", store);
+    }
+    if let Some(snapshot) = row.snapshot.as_deref() {
+        event = event.extension("snapshot", snapshot);
+    }
+    event.build().map_err(|e| err(e.to_string()))
 }
 
 #[cfg(test)]
@@ -143,6 +152,9 @@ mod tests {
             revision: Some(3),
             publish: true,
             refresh: false,
+            version: None,
+            store: None,
+            snapshot: None,
         }
     }
 
@@ -211,7 +223,11 @@ mod tests {
     #[test]
     fn event_carries_every_attribute() {
         let inc = Uuid::parse_str("6f1c2f9e-9a43-4d7e-8a37-0f4f8d1b2c3d").unwrap();
-        let history = History(vec![Incarnation { from: 1, id: inc }]);
+        let history = History(vec![Incarnation {
+            from: 1,
+            id: inc,
+            base: 0,
+        }]);
         let e = build(
             &row(42, "route.update"),
             br#"{"id":"r1"}"#,
@@ -246,6 +262,39 @@ mod tests {
             data,
             json!({"action": "route.update", "revision": 3, "entity": {"id": "r1"}})
         );
+    }
+
+    #[test]
+    fn subject_events_carry_their_version_store_and_snapshot() {
+        let inc = Uuid::new_v4();
+        let history = History(vec![Incarnation {
+            from: 1,
+            id: inc,
+            base: 0,
+        }]);
+        let ext = |e: &Event, name: &str| e.extension(name).map(|v| v.to_string());
+        // No version: no version extensions (rows written before versions existed).
+        let plain = build(&row(3, "route.update"), b"{}", &history, "urn:n").unwrap();
+        assert_eq!(ext(&plain, "subjectversion"), None);
+        assert_eq!(ext(&plain, "subjectstore"), None);
+        assert_eq!(ext(&plain, "snapshot"), None);
+        // A shared store names itself; the version is 20 digits.
+        let mut shared = row(4, "route.update");
+        shared.version = Some(1_234);
+        shared.store = Some("redis:abc".into());
+        shared.snapshot = Some("s-1".into());
+        let e = build(&shared, b"{}", &history, "urn:n").unwrap();
+        assert_eq!(
+            ext(&e, "subjectversion").as_deref(),
+            Some("00000000000000001234")
+        );
+        assert_eq!(ext(&e, "subjectstore").as_deref(), Some("redis:abc"));
+        assert_eq!(ext(&e, "snapshot").as_deref(), Some("s-1"));
+        // This node's own store is named by its source.
+        let mut own = row(5, "source.create");
+        own.version = Some(7);
+        let e = build(&own, b"{}", &history, "urn:n").unwrap();
+        assert_eq!(ext(&e, "subjectstore").as_deref(), Some("urn:n"));
     }
 
     #[test]

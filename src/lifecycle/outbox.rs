@@ -38,6 +38,15 @@ pub struct EventRow<'a> {
     /// A state-refresh row (`io.ankusa.<kind>.refreshed`).
     #[serde(default)]
     pub refresh: bool,
+    /// The subject's version after the change.
+    #[serde(default)]
+    pub version: Option<u64>,
+    /// The shared store that issued the version (`None`: this node's own).
+    #[serde(borrow, default, deserialize_with = "optional_text")]
+    pub store: Option<Cow<'a, str>>,
+    /// The snapshot the row belongs to.
+    #[serde(borrow, default, deserialize_with = "optional_text")]
+    pub snapshot: Option<Cow<'a, str>>,
 }
 
 /// An optional string, borrowed where it holds no escapes (`Option<Cow>` would always own).
@@ -48,6 +57,19 @@ fn optional_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Cow<'de, str>
 }
 
 impl<'a> EventRow<'a> {
+    /// The row with nothing borrowed.
+    pub fn into_owned(self) -> EventRow<'static> {
+        let own = |text: Cow<'a, str>| Cow::Owned(text.into_owned());
+        EventRow {
+            action: own(self.action),
+            tenant: self.tenant.map(own),
+            resource: own(self.resource),
+            store: self.store.map(own),
+            snapshot: self.snapshot.map(own),
+            ..self
+        }
+    }
+
     /// Decode the row stored at `key` (which gives its seq and time).
     pub fn decode(key: &[u8], value: &'a [u8]) -> Result<EventRow<'a>, StoreError> {
         let (mut row, seq, at) = audit::decode_row_as::<EventRow<'a>>(key, value)?;
@@ -163,13 +185,7 @@ mod tests {
     fn read(store: &Store, after: u64, limit: usize) -> (Vec<(EventRow<'static>, Value)>, Visited) {
         let mut seen = vec![];
         let visited = visit(store, after, limit, |row, entity| {
-            let row = EventRow {
-                action: Cow::Owned(row.action.into_owned()),
-                tenant: row.tenant.map(|t| Cow::Owned(t.into_owned())),
-                resource: Cow::Owned(row.resource.into_owned()),
-                ..row
-            };
-            seen.push((row, serde_json::from_slice(entity).unwrap()));
+            seen.push((row.into_owned(), serde_json::from_slice(entity).unwrap()));
         })
         .unwrap();
         (seen, visited)
@@ -207,6 +223,9 @@ mod tests {
             revision: row.revision,
             publish: row.publish,
             refresh: row.refresh,
+            version: row.version,
+            store: row.store.map(Cow::Owned),
+            snapshot: row.snapshot.map(Cow::Owned),
         };
         assert_eq!((first, first.resource.as_ref()), (&expected, "routes/r1"));
         assert_eq!(entity, &json!({"id": "routes/r1"}));

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use super::key::{check_name, subject_key};
 use super::redact::{redact, Redacted};
 use super::{check_if_match, ChangeResult, IfMatch, Kind, Subject, SubjectChange, SubjectError};
-use crate::audit::{Change, CommitError, Context, Trail, Tx};
+use crate::audit::{Change, CommitError, Context, Trail, Tx, Versioning};
 use crate::store::StoreError;
 
 /// What one change does to one subject: `before` and `after` (either absent), under
@@ -114,7 +114,10 @@ pub(crate) fn apply<S: Subject>(
             (None, None) => None,
         };
         if let Some(entity) = entity {
-            change = change.entity(entity.into_value());
+            // This node's own store: the writer derives the version from the row's seq.
+            change = change
+                .entity(entity.into_value())
+                .versioning(Versioning::Local);
         }
     }
     let outcome = SubjectChange {

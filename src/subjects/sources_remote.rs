@@ -73,8 +73,8 @@ impl RemoteSources {
         check_name("id", &id)?;
         check_patch(&patch)?;
         let before = self.0.current(&tenant, &id, if_match).await?;
-        let Some((after, detail)) = patched(&before, patch) else {
-            return Remote::unchanged(&before);
+        let Some((after, detail)) = patched(&before.subject, patch) else {
+            return Remote::unchanged(&before.subject);
         };
         self.0
             .write(ctx, "update", Some(before), Some(after), detail)

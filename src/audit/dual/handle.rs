@@ -7,15 +7,17 @@
 use tokio::sync::mpsc;
 
 use super::requests::Settled;
+use crate::audit::row::Stamp;
 #[cfg(doc)]
 use crate::audit::Trail;
 use crate::telemetry;
 
 /// How a dual write went, as its caller knows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Finish {
-    /// The change took effect: the row says `ok` and its event is published.
-    Applied,
+    /// The change took effect, at this version of its subject: the row says `ok` and its
+    /// event is published.
+    Applied(Stamp),
     /// The change did not take effect: the row says `failed`, no event.
     NotApplied,
     /// The caller cannot tell and no reconciler can: the row says `interrupted`.

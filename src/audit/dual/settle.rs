@@ -25,6 +25,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::pending_row;
+use crate::audit::row::Stamp;
 use crate::audit::Trail;
 use crate::store::{keys, Cf, StoreError};
 use crate::telemetry;
@@ -38,6 +39,17 @@ pub struct Present {
     pub view: Value,
 }
 
+/// What a reconciler read of a subject: its present state (`None`: it does not exist) and
+/// the version that state is at (for a subject that does not exist, the store's version at
+/// the read: at or above the change that deleted it, below any that creates it again).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reading {
+    /// The present state.
+    pub present: Option<Present>,
+    /// Its version, where the store keeps one.
+    pub stamp: Option<Stamp>,
+}
+
 /// A subject held still by [`Reconcile::hold`] until dropped.
 pub type Hold = Box<dyn std::any::Any + Send>;
 
@@ -48,9 +60,10 @@ pub trait Reconcile: Send + Sync {
     /// hold drops (`None`: not a locator of this kind, nothing held).
     async fn hold(&self, locator: &Value) -> Option<Hold>;
 
-    /// The subject at `locator` (what its change put in [`Change::locate`](crate::audit::Change)):
-    /// `Ok(None)` when it does not exist, `Err` (why) when its store cannot be read now.
-    async fn present(&self, locator: &Value) -> Result<Option<Present>, String>;
+    /// The subject at `locator` (what its change put in [`Change::locate`](crate::audit::Change)),
+    /// its present state `None` when it does not exist; `Err` (why) when its store cannot be
+    /// read now.
+    async fn present(&self, locator: &Value) -> Result<Reading, String>;
 }
 
 /// The reconcilers by subject kind (`route`, `source`).
@@ -59,8 +72,8 @@ pub type Reconcilers = HashMap<String, Arc<dyn Reconcile>>;
 /// What settlement found out about a subject.
 #[derive(Debug)]
 pub(crate) enum Presence {
-    /// Its present state (`None`: it does not exist).
-    Read(Option<Present>),
+    /// What its reconciler read.
+    Read(Reading),
     /// Its store could not be read within the window.
     Unreadable,
     /// No reconciler knows its kind.

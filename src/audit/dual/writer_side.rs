@@ -10,9 +10,9 @@ use tokio::sync::oneshot;
 use super::handle::{Finish, Pending};
 use super::pending_row::{decode_pending, PendingRow, PENDING_FORMAT};
 use super::requests::{Answer, Begin, FinishReq, Refusal, SettleReq};
-use super::settle::Presence;
+use super::settle::{Presence, Reading};
 use crate::audit::context::Context;
-use crate::audit::row::{Change, Row, RowResult, ROW_FORMAT};
+use crate::audit::row::{Change, Row, RowResult, Stamp, ROW_FORMAT};
 use crate::audit::writer::tx::Tx;
 use crate::audit::writer::{Group, Writer};
 use crate::store::{keys, keys::meta, Cf, StoreError};
@@ -122,12 +122,17 @@ pub(crate) fn finish(w: &mut Writer, g: &mut Group, at: u64, req: FinishReq) -> 
             reply: req.reply,
         };
     }
-    let how = req.how;
-    let row = move_into_trail(w, g, at, req.id, |w, g, p| {
+    let (how, id) = (req.how, req.id);
+    let row = move_into_trail(w, g, at, id, |w, g, p| {
         Ok(match how {
-            Finish::Applied => (RowResult::Ok, false, entity_of(w, g, req.id, p)?),
-            Finish::NotApplied => (RowResult::Failed, false, None),
-            Finish::Unknown | Finish::Refused => (RowResult::Interrupted, false, None),
+            Finish::Applied(stamp) => Verdict {
+                result: RowResult::Ok,
+                refresh: false,
+                entity: entity_of(w, g, id, p)?,
+                stamp: Some(stamp),
+            },
+            Finish::NotApplied => Verdict::unpublished(RowResult::Failed),
+            Finish::Unknown | Finish::Refused => Verdict::unpublished(RowResult::Interrupted),
         })
     });
     Answer::Settled {
@@ -149,26 +154,56 @@ pub(crate) fn settle(w: &mut Writer, g: &mut Group, at: u64, req: SettleReq) -> 
     } = req;
     let row = move_into_trail(w, g, at, id, |w, g, p| {
         Ok(match presence {
-            Presence::Read(present) => {
+            Presence::Read(Reading { present, stamp }) => {
                 let hash = w.hasher.hash(present.as_ref().map(|p| &p.state));
                 if hash == p.after_hash {
-                    (RowResult::Ok, false, entity_of(w, g, id, p)?)
+                    Verdict {
+                        result: RowResult::Ok,
+                        refresh: false,
+                        entity: entity_of(w, g, id, p)?,
+                        stamp,
+                    }
                 } else if hash == p.before_hash {
-                    (RowResult::Failed, false, None)
+                    Verdict::unpublished(RowResult::Failed)
                 } else {
-                    let view = present.map_or(Value::Null, |p| p.view);
-                    (RowResult::Interrupted, true, Some(view))
+                    Verdict {
+                        result: RowResult::Interrupted,
+                        refresh: true,
+                        entity: Some(present.map_or(Value::Null, |p| p.view)),
+                        stamp,
+                    }
                 }
             }
-            Presence::Unreadable | Presence::Unreconciled => (RowResult::Interrupted, false, None),
+            Presence::Unreadable | Presence::Unreconciled => {
+                Verdict::unpublished(RowResult::Interrupted)
+            }
         })
     });
     Answer::Settled { row, reply }
 }
 
-/// How a pending row went: its result, whether it is flagged for a state refresh, and the
-/// entity its event carries (`None`: no event).
-type Verdict = (RowResult, bool, Option<Value>);
+/// How a pending row went.
+struct Verdict {
+    result: RowResult,
+    /// Flagged for a state refresh: the entity is the present state, not the change's.
+    refresh: bool,
+    /// The entity its event carries (`None`: no event).
+    entity: Option<Value>,
+    /// The subject's version the event carries.
+    stamp: Option<Stamp>,
+}
+
+impl Verdict {
+    /// A row that publishes nothing.
+    fn unpublished(result: RowResult) -> Verdict {
+        Verdict {
+            result,
+            refresh: false,
+            entity: None,
+            stamp: None,
+        }
+    }
+}
 
 /// Pending row `id`, if it is still there, moved into the trail as `decide` says it went.
 fn move_into_trail(
@@ -181,8 +216,8 @@ fn move_into_trail(
     let Some(mut p) = load(w, g, id)? else {
         return Ok(None);
     };
-    let (result, refresh, entity) = decide(w, g, &mut p)?;
-    Ok(Some(into_trail(w, g, at, id, p, result, refresh, entity)))
+    let verdict = decide(w, g, &mut p)?;
+    Ok(Some(into_trail(w, g, at, id, p, verdict)))
 }
 
 /// The redacted entity of pending row `id`: at `q`+id as the group sees it, or in the row
@@ -230,19 +265,25 @@ fn load(w: &Writer, g: &Group, id: u64) -> Result<Option<PendingRow>, StoreError
 /// Delete pending row `id` and put its trail row (and outbox entity, when published) into the
 /// group's batch under the next seq. Never refused: a change already begun is always
 /// recorded, over a ceiling if it must be.
-#[allow(clippy::too_many_arguments)]
 fn into_trail(
     w: &mut Writer,
     g: &mut Group,
     at: u64,
     id: u64,
     p: PendingRow,
-    result: RowResult,
-    refresh: bool,
-    entity: Option<Value>,
+    verdict: Verdict,
 ) -> Box<Row> {
+    let Verdict {
+        result,
+        refresh,
+        entity,
+        stamp,
+    } = verdict;
     let publish = w.lifecycle && entity.is_some();
-    let row = trail_row(p, (g.seq + 1, at), result, publish, refresh);
+    let mut row = trail_row(p, (g.seq + 1, at), result, publish, refresh);
+    if let Some(stamp) = stamp {
+        (row.version, row.store) = (Some(stamp.version), stamp.store);
+    }
     let value = serde_json::to_vec(&row).expect("a row always serializes");
     let entity = entity
         .filter(|_| publish)
@@ -291,6 +332,9 @@ fn trail_row(
         result,
         publish,
         refresh,
+        version: None,
+        store: None,
+        snapshot: None,
     }
 }
 
@@ -324,11 +368,11 @@ mod tests {
         async fn hold(&self, _: &Value) -> Option<crate::audit::dual::settle::Hold> {
             None
         }
-        async fn present(
-            &self,
-            _: &Value,
-        ) -> Result<Option<crate::audit::dual::settle::Present>, String> {
-            Ok(None)
+        async fn present(&self, _: &Value) -> Result<crate::audit::dual::settle::Reading, String> {
+            Ok(crate::audit::dual::settle::Reading {
+                present: None,
+                stamp: None,
+            })
         }
     }
 

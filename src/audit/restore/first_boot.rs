@@ -27,7 +27,7 @@ use uuid::Uuid;
 
 use crate::audit::bounds::usage::Usage;
 use crate::audit::clock::Clock;
-use crate::audit::restore::incarnation::{History, Incarnation};
+use crate::audit::restore::incarnation::{next_base, now_micros, History, Incarnation};
 use crate::audit::row::{Row, RowResult, ROW_FORMAT};
 use crate::audit::SYSTEM_ACTOR;
 use crate::store::backup::last_seq;
@@ -56,13 +56,14 @@ pub(crate) fn start_incarnation(
     let restored = PendingRestore::decode(&flag);
     let restored_seq = last_seq(store)?;
     let seq = restored_seq + 1;
-    let incarnation = Incarnation {
-        from: seq,
-        id: Uuid::new_v4(),
-    };
     let mut history = match store.meta(meta::INCARNATION)? {
         Some(bytes) => History::decode(&bytes)?,
         None => History::first(),
+    };
+    let incarnation = Incarnation {
+        from: seq,
+        id: Uuid::new_v4(),
+        base: next_base(Some(&history.current()), seq, now_micros()),
     };
     history.0.push(incarnation);
     let last_at = store
@@ -171,5 +172,8 @@ fn restore_row(
         result: RowResult::Ok,
         publish,
         refresh: false,
+        version: None,
+        store: None,
+        snapshot: None,
     }
 }

@@ -16,6 +16,36 @@ pub struct Incarnation {
     pub from: u64,
     /// The incarnation's id (a random UUID).
     pub id: Uuid,
+    /// What the versions of this node's own subjects start from in it: the version of row
+    /// `seq` is `base + seq` ([`Incarnation::version`]). A new incarnation's base is above
+    /// every version an earlier life can have issued (see [`next_base`]). 0 in histories
+    /// written before versions existed.
+    #[serde(default)]
+    pub base: u64,
+}
+
+impl Incarnation {
+    /// The version of a local subject's row `seq` in this incarnation.
+    pub fn version(&self, seq: u64) -> u64 {
+        self.base.saturating_add(seq)
+    }
+}
+
+/// The base of an incarnation that starts at seq `from` after `previous`, at wall-clock time
+/// `now_micros`. Above every version of the restored trail (`previous.base` plus a seq below
+/// `from`), and at least the time in microseconds: the life a restore replaced issued its
+/// versions from an earlier base, one per row, and rows are not written a million a second
+/// for long. So a restore never issues a version again while the clock does not run back.
+pub fn next_base(previous: Option<&Incarnation>, from: u64, now_micros: u64) -> u64 {
+    let restored = previous.map_or(0, |p| p.base.saturating_add(from));
+    restored.max(now_micros)
+}
+
+/// The wall clock in microseconds since the epoch (0 before it).
+pub fn now_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
 }
 
 /// The incarnation history, oldest first (`from` ascending).
@@ -29,6 +59,7 @@ impl History {
         History(vec![Incarnation {
             from: 1,
             id: Uuid::new_v4(),
+            base: next_base(None, 1, now_micros()),
         }])
     }
 
@@ -76,14 +107,17 @@ mod tests {
             Incarnation {
                 from: 1,
                 id: ids[0],
+                base: 0,
             },
             Incarnation {
                 from: 10,
                 id: ids[1],
+                base: 0,
             },
             Incarnation {
                 from: 10,
                 id: ids[2],
+                base: 0,
             },
         ]);
         assert_eq!(h.of(1).id, ids[0]);
@@ -92,5 +126,23 @@ mod tests {
         assert_eq!(h.of(10).id, ids[2]);
         assert_eq!(h.of(u64::MAX).id, ids[2]);
         assert_eq!(History::decode(&h.encode()).unwrap(), h);
+    }
+
+    #[test]
+    fn a_new_base_is_above_the_restored_trail_and_the_clock() {
+        let old = Incarnation {
+            from: 1,
+            id: Uuid::new_v4(),
+            base: 5_000,
+        };
+        // The restored trail's rows are below seq 100: their versions below 5_100.
+        assert_eq!(next_base(Some(&old), 100, 10), 5_100);
+        assert_eq!(next_base(Some(&old), 100, 9_000_000), 9_000_000);
+        assert_eq!(next_base(None, 1, 42), 42);
+        assert_eq!(old.version(7), 5_007);
+        // A history written before versions existed reads with base 0.
+        let legacy: History =
+            serde_json::from_str(&format!(r#"[{{"from":1,"id":"{}"}}]"#, old.id)).unwrap();
+        assert_eq!(legacy.current().base, 0);
     }
 }

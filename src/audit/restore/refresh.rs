@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
 use crate::audit::dual::settle::Present;
-use crate::audit::row::{decode_row, Change, Row, RowResult};
+use crate::audit::row::{decode_row, Change, Row, RowResult, Stamp, Versioning};
 use crate::audit::writer::stage::Staged;
 use crate::audit::writer::sync::row_as_written;
 use crate::audit::writer::{Admitted, Group, Writer};
@@ -158,6 +158,10 @@ pub struct Refresh {
     pub present: Option<Present>,
     /// Its present revision.
     pub revision: Option<u64>,
+    /// The version its present state is at (see [`Reading`](crate::audit::Reading)).
+    pub stamp: Option<Stamp>,
+    /// The snapshot it is an item of: its row is written whatever the trail says.
+    pub snapshot: Option<String>,
     /// What the trail says of it (`None`: nothing, as for a subject it never recorded or
     /// whose rows were all pruned).
     pub known: Option<Known>,
@@ -203,14 +207,15 @@ pub(crate) fn take(w: &mut Writer, g: &mut Group, at: u64, req: RefreshReq) -> R
         None => (None, Value::Null),
     };
     let hash = w.hasher.hash(state.as_ref());
+    let skip = r.snapshot.is_none();
     let before_hash = match r.known {
-        Some(Known::State(known)) if known == hash => {
+        Some(Known::State(known)) if skip && known == hash => {
             return RefreshAnswer {
                 row: Ok(None),
                 reply,
             }
         }
-        None if hash.is_none() => {
+        None if skip && hash.is_none() => {
             return RefreshAnswer {
                 row: Ok(None),
                 reply,
@@ -219,13 +224,20 @@ pub(crate) fn take(w: &mut Writer, g: &mut Group, at: u64, req: RefreshReq) -> R
         Some(Known::State(known)) => known,
         Some(Known::Unknown) | None => None,
     };
+    let reason = if r.snapshot.is_some() {
+        "snapshot"
+    } else {
+        "restore"
+    };
     let mut change = Change::new(format!("{}.{REFRESH_VERB}", r.kind), r.resource)
         .tenant(r.tenant)
         .states(None, state)
         .entity(view)
-        .detail("reason", json!("restore"));
+        .detail("reason", json!(reason))
+        .versioning(r.stamp.map_or(Versioning::None, Versioning::Stamped));
     change.revision = r.revision;
-    let staged = Staged::refresh(&w.hasher, w.lifecycle, (g.seq + 1, at), change, before_hash);
+    change.snapshot = r.snapshot;
+    let staged = Staged::refresh(w.stamper(), (g.seq + 1, at), change, before_hash);
     let row = match w.admit(g, staged, true, Vec::new()) {
         Admitted::Row(row) => Ok(Some(row)),
         Admitted::Refused | Admitted::Backlog => Err(StoreError::Unavailable(
@@ -258,6 +270,9 @@ mod tests {
             result,
             publish: true,
             refresh,
+            version: None,
+            store: None,
+            snapshot: None,
         }
     }
 

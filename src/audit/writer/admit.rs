@@ -14,7 +14,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::group::Group;
 use super::request::{Job, Sweep};
-use super::stage::Staged;
+use super::stage::{Staged, Stamper};
 use super::tx::{Op, Tx};
 use super::Writer;
 use crate::audit::bounds::prune::{self, Pruning, SweepBatch};
@@ -34,6 +34,15 @@ pub(crate) enum Admitted {
 }
 
 impl Writer {
+    /// What this writer stamps rows with.
+    pub(crate) fn stamper(&self) -> Stamper<'_> {
+        Stamper {
+            hasher: &self.hasher,
+            lifecycle: self.lifecycle,
+            version_base: self.version_base,
+        }
+    }
+
     /// Offer one change to the group (see the module doc). Accepted, it takes the next seq
     /// and its ops, row and outbox entity go into the batch.
     pub(super) fn take_change(
@@ -63,7 +72,7 @@ impl Writer {
         if !exempt && g.backlog_full(&self.limits) {
             return refuse(g, "backlog");
         }
-        let staged = Staged::new(&self.hasher, self.lifecycle, g.seq + 1, at, ctx, change);
+        let staged = Staged::new(self.stamper(), g.seq + 1, at, ctx, change);
         self.admit(g, staged, exempt, ops)
     }
 

@@ -70,6 +70,8 @@ pub(crate) struct Writer {
     pub written: Counters,
     /// Whether lifecycle events are on: entities go to the outbox and rows are flagged.
     pub lifecycle: bool,
+    /// The current incarnation's base: a local subject's row `seq` gets version `base + seq`.
+    pub version_base: u64,
     /// The oldest rows, read ahead, for the ceilings and the retention sweep to delete.
     pub head: Head,
     /// Retention and ceilings.
@@ -93,14 +95,14 @@ pub(crate) struct Running {
     pub thread: JoinHandle<()>,
 }
 
-/// Start the writer and syncer threads on a booted store: the writer counts on from `counters`
-/// and hands out pending ids after `last_pending_id`.
+/// Start the writer and syncer threads on a booted store: the writer counts on from `counters`,
+/// hands out pending ids after `last_pending_id` and versions from `version_base`.
 pub(crate) fn start(
     store: &Store,
     (hasher, counters): (SubjectHasher, Counters),
     options: &TrailOptions,
     clock: Arc<dyn Clock>,
-    last_pending_id: u64,
+    (last_pending_id, version_base): (u64, u64),
 ) -> Result<Running, StoreError> {
     let (requests, rx) = mpsc::channel(options.queue.max(1));
     let (committed_tx, committed) = watch::channel(counters.last_seq);
@@ -114,6 +116,7 @@ pub(crate) fn start(
         counters: counters.clone(),
         written: counters.clone(),
         lifecycle: options.lifecycle,
+        version_base,
         head: Head::new(counters.usage.from),
         limits: options.limits,
         last_pending_id,

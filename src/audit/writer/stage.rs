@@ -10,8 +10,17 @@ use rocksdb::{ColumnFamily, WriteBatch};
 use crate::audit::bounds::usage::Usage;
 use crate::audit::context::Context;
 use crate::audit::hash::SubjectHasher;
-use crate::audit::row::{Change, Row, RowResult, ROW_FORMAT};
+use crate::audit::row::{Change, Row, RowResult, Versioning, ROW_FORMAT};
 use crate::store::keys;
+
+/// What the writer stamps every row with: the subject states' hasher, whether lifecycle events
+/// are on, and the incarnation's version base.
+#[derive(Clone, Copy)]
+pub(crate) struct Stamper<'a> {
+    pub hasher: &'a SubjectHasher,
+    pub lifecycle: bool,
+    pub version_base: u64,
+}
 
 /// A row (and its entity) encoded but not yet in a batch.
 pub(crate) struct Staged {
@@ -24,56 +33,42 @@ impl Staged {
     /// The row of `change` as row `seq` at `at`: its subject states hashed (never stored),
     /// flagged and with its entity when lifecycle events are on and it carries one.
     pub(crate) fn new(
-        hasher: &SubjectHasher,
-        lifecycle: bool,
+        stamper: Stamper<'_>,
         seq: u64,
         at: u64,
         ctx: &Context,
         change: Change,
     ) -> Staged {
-        let before_hash = hasher.hash(change.before.as_ref());
-        Staged::build(
-            hasher,
-            lifecycle,
-            (seq, at),
-            ctx,
-            change,
-            before_hash,
-            false,
-        )
+        let before_hash = stamper.hasher.hash(change.before.as_ref());
+        Staged::build(stamper, (seq, at), ctx, change, before_hash, false)
     }
 
     /// A state-refresh row (`refresh: true`, a system change) of `change`, whose `after` is
     /// the subject's present state; `before_hash` is what the trail said of it before.
     pub(crate) fn refresh(
-        hasher: &SubjectHasher,
-        lifecycle: bool,
+        stamper: Stamper<'_>,
         (seq, at): (u64, u64),
         change: Change,
         before_hash: Option<String>,
     ) -> Staged {
         let ctx = Context::system();
-        Staged::build(
-            hasher,
-            lifecycle,
-            (seq, at),
-            &ctx,
-            change,
-            before_hash,
-            true,
-        )
+        Staged::build(stamper, (seq, at), &ctx, change, before_hash, true)
     }
 
     fn build(
-        hasher: &SubjectHasher,
-        lifecycle: bool,
+        stamper: Stamper<'_>,
         (seq, at): (u64, u64),
         ctx: &Context,
         change: Change,
         before_hash: Option<String>,
         refresh: bool,
     ) -> Staged {
-        let publish = lifecycle && change.entity.is_some();
+        let publish = stamper.lifecycle && change.entity.is_some();
+        let (version, store) = match change.versioning {
+            Versioning::None => (None, None),
+            Versioning::Stamped(stamp) => (Some(stamp.version), stamp.store),
+            Versioning::Local => (Some(stamper.version_base.saturating_add(seq)), None),
+        };
         let row = Row {
             v: ROW_FORMAT,
             seq,
@@ -86,11 +81,14 @@ impl Staged {
             resource: change.resource,
             detail: change.detail,
             before_hash,
-            after_hash: hasher.hash(change.after.as_ref()),
+            after_hash: stamper.hasher.hash(change.after.as_ref()),
             revision: change.revision,
             result: RowResult::Ok,
             publish,
             refresh,
+            version,
+            store,
+            snapshot: change.snapshot,
         };
         let value = serde_json::to_vec(&row).expect("a row always serializes");
         let entity = match (publish, change.entity) {

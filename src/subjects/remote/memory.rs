@@ -2,6 +2,12 @@
 //! table). What it holds is gone when the node stops; a pending row left by a crash finds its
 //! subject gone and settles as the reconcile rules say.
 //!
+//! Its version counter is a hybrid logical clock: each change takes the greater of the last
+//! version + 1 and the wall clock in microseconds. So versions increase within a run, and a
+//! run that starts after a restart issues versions above every earlier run's (consumers keep
+//! those), without a counter on disk: only a clock set back across the restart could repeat
+//! one.
+//!
 //! A `std::sync::Mutex`, not tokio's: every operation is a few map lookups and never awaits
 //! while holding it.
 
@@ -9,25 +15,51 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::{Mutex, MutexGuard};
 
-use super::{Cas, RemoteStore, RemoteSubject};
+use super::{Cas, Found, RemoteStore, RemoteSubject, Versioned};
+use crate::audit::{now_micros, Stamp};
 use crate::store::StoreError;
 
 /// Subjects by `(tenant, id)`: ordered, so a tenant's page comes back in id order.
 #[derive(Debug)]
 pub struct MemoryStore<T> {
-    table: Mutex<BTreeMap<(String, String), T>>,
+    table: Mutex<Table<T>>,
+}
+
+#[derive(Debug)]
+struct Table<T> {
+    subjects: BTreeMap<(String, String), Versioned<T>>,
+    /// The last version issued or read as a floor.
+    version: u64,
+}
+
+impl<T> Table<T> {
+    /// The version now: every version issued so far is at or below it, and every later one
+    /// above it.
+    fn now(&mut self) -> u64 {
+        self.version = self.version.max(now_micros());
+        self.version
+    }
+
+    /// The next version.
+    fn next(&mut self) -> u64 {
+        self.version = (self.version + 1).max(now_micros());
+        self.version
+    }
 }
 
 impl<T> Default for MemoryStore<T> {
     fn default() -> Self {
         MemoryStore {
-            table: Mutex::new(BTreeMap::new()),
+            table: Mutex::new(Table {
+                subjects: BTreeMap::new(),
+                version: 0,
+            }),
         }
     }
 }
 
 impl<T> MemoryStore<T> {
-    fn table(&self) -> MutexGuard<'_, BTreeMap<(String, String), T>> {
+    fn table(&self) -> MutexGuard<'_, Table<T>> {
         // A panic while holding the lock cannot leave a half-written subject: every write is
         // one insert or remove. Go on with the table as it is.
         self.table.lock().unwrap_or_else(|e| e.into_inner())
@@ -36,6 +68,14 @@ impl<T> MemoryStore<T> {
 
 fn key(tenant: &str, id: &str) -> (String, String) {
     (tenant.to_owned(), id.to_owned())
+}
+
+/// A version of this node's own store.
+fn own(version: u64) -> Stamp {
+    Stamp {
+        version,
+        store: None,
+    }
 }
 
 #[async_trait::async_trait]
@@ -47,7 +87,7 @@ impl<T: RemoteSubject + std::fmt::Debug> RemoteStore<T> for MemoryStore<T> {
     async fn tenants(&self) -> Result<Vec<String>, StoreError> {
         let mut tenants: Vec<String> = Vec::new();
         // Keys are in (tenant, id) order: a tenant's subjects are together.
-        for (tenant, _) in self.table().keys() {
+        for (tenant, _) in self.table().subjects.keys() {
             if tenants.last() != Some(tenant) {
                 tenants.push(tenant.clone());
             }
@@ -55,8 +95,17 @@ impl<T: RemoteSubject + std::fmt::Debug> RemoteStore<T> for MemoryStore<T> {
         Ok(tenants)
     }
 
-    async fn get(&self, tenant: &str, id: &str) -> Result<Option<T>, StoreError> {
-        Ok(self.table().get(&key(tenant, id)).cloned())
+    async fn get(&self, tenant: &str, id: &str) -> Result<Found<T>, StoreError> {
+        let mut table = self.table();
+        let subject = table.subjects.get(&key(tenant, id)).cloned();
+        let version = match &subject {
+            Some(s) => s.version,
+            None => table.now(),
+        };
+        Ok(Found {
+            subject,
+            stamp: own(version),
+        })
     }
 
     async fn list(
@@ -64,13 +113,14 @@ impl<T: RemoteSubject + std::fmt::Debug> RemoteStore<T> for MemoryStore<T> {
         tenant: &str,
         after: Option<&str>,
         limit: usize,
-    ) -> Result<Vec<T>, StoreError> {
+    ) -> Result<Vec<Versioned<T>>, StoreError> {
         let from = match after {
             Some(after) => Bound::Excluded(key(tenant, after)),
             None => Bound::Included(key(tenant, "")),
         };
         Ok(self
             .table()
+            .subjects
             .range((from, Bound::Unbounded))
             .take_while(|((t, _), _)| t == tenant)
             .take(limit)
@@ -78,28 +128,44 @@ impl<T: RemoteSubject + std::fmt::Debug> RemoteStore<T> for MemoryStore<T> {
             .collect())
     }
 
-    async fn put(&self, subject: &T, expected: u64) -> Result<Cas, StoreError> {
+    async fn version(&self) -> Result<Stamp, StoreError> {
+        Ok(own(self.table().now()))
+    }
+
+    async fn put(&self, subject: &T, expected: Option<u64>) -> Result<Cas, StoreError> {
         let mut table = self.table();
         let k = key(subject.tenant(), subject.id());
-        let actual = table.get(&k).map_or(0, |s| s.revision());
-        if actual != expected {
+        let current = table.subjects.get(&k);
+        if current.map(|s| s.version) != expected {
+            let actual = current.map_or(0, |s| s.subject.revision());
             return Ok(Cas::Conflict { actual });
         }
         let mut stored = subject.clone();
-        // The store keeps the revision: whatever the caller computed, it is expected + 1.
-        stored.set_revision(expected + 1);
-        table.insert(k, stored);
-        Ok(Cas::Written)
+        // The store keeps the revision: whatever the caller computed, it is the stored + 1.
+        stored.set_revision(current.map_or(0, |s| s.subject.revision()) + 1);
+        let version = table.next();
+        table.subjects.insert(
+            k,
+            Versioned {
+                subject: stored,
+                version,
+            },
+        );
+        Ok(Cas::Written(own(version)))
     }
 
     async fn delete(&self, tenant: &str, id: &str, expected: u64) -> Result<Cas, StoreError> {
         let mut table = self.table();
         let k = key(tenant, id);
-        let actual = table.get(&k).map_or(0, |s| s.revision());
-        if actual == 0 || actual != expected {
-            return Ok(Cas::Conflict { actual });
+        match table.subjects.get(&k) {
+            Some(s) if s.version == expected => {}
+            other => {
+                let actual = other.map_or(0, |s| s.subject.revision());
+                return Ok(Cas::Conflict { actual });
+            }
         }
-        table.remove(&k);
-        Ok(Cas::Written)
+        table.subjects.remove(&k);
+        let version = table.next();
+        Ok(Cas::Written(own(version)))
     }
 }

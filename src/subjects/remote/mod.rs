@@ -26,7 +26,7 @@ use serde_json::Value;
 use super::key::check_name;
 use super::read::{Page, ReadError, MAX_PAGE};
 use super::redact::Redacted;
-use crate::audit::{Hold, Present, Reconcile, Reconcilers, Trail};
+use crate::audit::{Hold, Present, Reading, Reconcile, Reconcilers, Stamp, Trail};
 use crate::store::StoreError;
 
 pub use gate::Gate;
@@ -51,12 +51,46 @@ pub trait RemoteSubject: Serialize + DeserializeOwned + Clone + Send + Sync + 's
     fn view(&self) -> Result<Redacted, serde_json::Error>;
 }
 
+/// A subject and its version, as its store keeps them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Versioned<T> {
+    /// The subject.
+    pub subject: T,
+    /// The version of the change that made it what it is.
+    pub version: u64,
+}
+
+/// What a read of one subject found: the subject (`None`: it does not exist) and the version
+/// its state is at. For a subject that does not exist that is the store's version at the
+/// read, taken in the same atomic step: at or above the change that deleted it, below any
+/// change that creates it again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Found<T> {
+    /// The subject.
+    pub subject: Option<Versioned<T>>,
+    /// The version its state is at, and the store.
+    pub stamp: Stamp,
+}
+
+impl<T> Found<T> {
+    /// The subject, without its version.
+    pub fn into_subject(self) -> Option<T> {
+        self.subject.map(|s| s.subject)
+    }
+
+    /// The version the subject is at, if it exists.
+    pub fn version(&self) -> Option<u64> {
+        self.subject.as_ref().map(|s| s.version)
+    }
+}
+
 /// What a compare-and-set did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Cas {
-    /// Written; the subject is now at the new revision.
-    Written,
-    /// Not written: the subject is at `actual` (0: it does not exist), not the expected one.
+    /// Written, at this version (taken from the store's counter in the same atomic step).
+    Written(Stamp),
+    /// Not written: the subject is not at the expected version. `actual` is its revision
+    /// (0: it does not exist), for the caller's answer.
     Conflict {
         /// The stored revision.
         actual: u64,
@@ -64,6 +98,11 @@ pub enum Cas {
 }
 
 /// Where subjects of one kind live, outside this node's store.
+///
+/// The store keeps one version counter per kind. Every change takes the next value of it in
+/// the same atomic step that applies it, and is a compare-and-set on the version the change
+/// read, so a subject's versions increase over all its changes: across nodes, and across a
+/// delete and a create again, which restarts its revision.
 #[async_trait::async_trait]
 pub trait RemoteStore<T: RemoteSubject>: Send + Sync + std::fmt::Debug {
     /// `memory` or `redis`.
@@ -72,8 +111,8 @@ pub trait RemoteStore<T: RemoteSubject>: Send + Sync + std::fmt::Debug {
     /// Every tenant that has a subject, each once (the refresh after a restore walks them).
     async fn tenants(&self) -> Result<Vec<String>, StoreError>;
 
-    /// Subject `id` of `tenant`.
-    async fn get(&self, tenant: &str, id: &str) -> Result<Option<T>, StoreError>;
+    /// Subject `id` of `tenant` and the version its state is at.
+    async fn get(&self, tenant: &str, id: &str) -> Result<Found<T>, StoreError>;
 
     /// Up to `limit` subjects of `tenant` with ids after `after`, in id order.
     async fn list(
@@ -81,13 +120,17 @@ pub trait RemoteStore<T: RemoteSubject>: Send + Sync + std::fmt::Debug {
         tenant: &str,
         after: Option<&str>,
         limit: usize,
-    ) -> Result<Vec<T>, StoreError>;
+    ) -> Result<Vec<Versioned<T>>, StoreError>;
 
-    /// Write `subject` if the stored revision is `expected` (0: only if it does not exist);
-    /// the store's revision becomes `expected + 1`, which `subject`'s must be.
-    async fn put(&self, subject: &T, expected: u64) -> Result<Cas, StoreError>;
+    /// The store's version now (a snapshot's floor): every change applied so far has a
+    /// version at or below it, every later one a greater version.
+    async fn version(&self) -> Result<Stamp, StoreError>;
 
-    /// Delete subject `id` of `tenant` if its stored revision is `expected`.
+    /// Write `subject` if it is at version `expected` (`None`: only if it does not exist);
+    /// its revision becomes the stored one + 1, which `subject`'s must be.
+    async fn put(&self, subject: &T, expected: Option<u64>) -> Result<Cas, StoreError>;
+
+    /// Delete subject `id` of `tenant` if it is at version `expected`.
     async fn delete(&self, tenant: &str, id: &str, expected: u64) -> Result<Cas, StoreError>;
 }
 
@@ -151,8 +194,8 @@ impl<T: RemoteSubject> Remote<T> {
     pub async fn get(&self, tenant: &str, id: &str) -> Result<Option<Redacted>, ReadError> {
         check_name("tenant", tenant)?;
         check_name("id", id)?;
-        match self.store.get(tenant, id).await? {
-            Some(subject) => Ok(Some(view(&subject)?)),
+        match self.store.get(tenant, id).await?.subject {
+            Some(found) => Ok(Some(view(&found.subject)?)),
             None => Ok(None),
         }
     }
@@ -172,11 +215,14 @@ impl<T: RemoteSubject> Remote<T> {
         let mut subjects = self.store.list(tenant, after, limit + 1).await?;
         let next = if subjects.len() > limit {
             subjects.truncate(limit);
-            subjects.last().map(|s| s.id().to_owned())
+            subjects.last().map(|s| s.subject.id().to_owned())
         } else {
             None
         };
-        let items = subjects.iter().map(view).collect::<Result<_, _>>()?;
+        let items = subjects
+            .iter()
+            .map(|s| view(&s.subject))
+            .collect::<Result<_, _>>()?;
         Ok(Page { items, next })
     }
 }
@@ -225,21 +271,28 @@ impl<T: RemoteSubject> Reconcile for Reconciler<T> {
         Some(Box::new(self.locks.lock(tenant, id).await))
     }
 
-    async fn present(&self, locator: &Value) -> Result<Option<Present>, String> {
+    async fn present(&self, locator: &Value) -> Result<Reading, String> {
         let (tenant, id) = located::<T>(locator)?;
-        let Some(subject) = self
+        let found = self
             .store
             .get(tenant, id)
             .await
-            .map_err(|e| e.to_string())?
-        else {
-            return Ok(None);
+            .map_err(|e| e.to_string())?;
+        let present = match found.subject {
+            Some(found) => Some(present(&found.subject).map_err(|e| e.to_string())?),
+            None => None,
         };
-        let state = serde_json::to_value(&subject).map_err(|e| e.to_string())?;
-        let view = subject.view().map_err(|e| e.to_string())?;
-        Ok(Some(Present {
-            state,
-            view: view.into_value(),
-        }))
+        Ok(Reading {
+            present,
+            stamp: Some(found.stamp),
+        })
     }
+}
+
+/// `subject`'s complete state and redacted view.
+pub(crate) fn present<T: RemoteSubject>(subject: &T) -> Result<Present, StoreError> {
+    Ok(Present {
+        state: serde_json::to_value(subject).map_err(corrupt::<T>)?,
+        view: view(subject)?.into_value(),
+    })
 }

@@ -4,19 +4,26 @@
 //!
 //! Layout, under the configured prefix (`ankusa:` by default), `<kind>` being `route` or
 //! `source`:
-//! - `<prefix><kind>:{<tenant>}:<id>`: a hash, `rev` (the store-kept revision) and `json` (the
-//!   subject, whose `revision` equals `rev`);
+//! - `<prefix><kind>:{<tenant>}:<id>`: a hash, `rev` (the store-kept revision), `ver` (the
+//!   version of the change that wrote it) and `json` (the subject; its `revision` is `rev`);
 //! - `<prefix><kind>s:{<tenant>}`: a sorted set of the tenant's ids (all at score 0, so that
-//!   `ZRANGEBYLEX` pages them in id order).
+//!   `ZRANGEBYLEX` pages them in id order);
+//! - `<prefix><kind>:version`: the kind's version counter, which every change increments in
+//!   its script;
+//! - `<prefix>store_id`: a random id, set by the first node to connect, that names the store
+//!   in events (`redis:<id>`): every node of a fleet sharing the Redis names it alike.
 //!
 //! The tenants are found by scanning for their index keys (`SCAN MATCH`), only by the refresh
 //! that follows a restore.
 //!
-//! The `{<tenant>}` hash tag keeps a tenant's keys in one Redis Cluster slot, so each write
-//! can be ONE Lua script: compare the stored revision with the expected one, write the subject
-//! and its index entry, bump the revision. Redis runs a script atomically, so two nodes racing
-//! on one subject cannot both win, and neither loses the other's update. Tenants and ids have
-//! passed `key::check_name`, so they hold no brace: a key names one tenant and one id.
+//! Each write is ONE Lua script: compare the stored version with the one the change read,
+//! take the next version from the counter, write the subject and its index entry, bump the
+//! revision. Redis runs a script atomically, so two nodes racing on one subject cannot both
+//! win, neither loses the other's update, and versions follow the order changes applied.
+//! Comparing the version, not the revision, refuses a change read before a delete and a
+//! create again (the revision restarts at 1; the version never does). The scripts touch the
+//! counter beside the subject's keys, so the store needs one Redis, not a Cluster. Tenants and
+//! ids have passed `key::check_name`, so they hold no brace: a key names one tenant and one id.
 //!
 //! The connection is made on first use and remade after a failure (the `redis` crate's
 //! `ConnectionManager` reconnects by itself once it exists), so the node starts, and keeps
@@ -29,25 +36,46 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Script;
 use tokio::sync::Mutex;
 
-use super::{Cas, RemoteStore, RemoteSubject};
+use super::{Cas, Found, RemoteStore, RemoteSubject, Versioned};
+use crate::audit::Stamp;
 use crate::store::StoreError;
 
-/// Write a subject if its revision is the expected one (0: absent), bumping it.
+/// Write a subject if it is at the expected version (-1: absent), at the next version.
+/// Replies `{1, version}`, or `{0, revision}` on a conflict. A hash written before versions
+/// existed has none: it is at version 0, and the counter is kept above every stored version.
 const PUT: &str = r#"
-local cur = tonumber(redis.call('HGET', KEYS[1], 'rev') or '0')
-if cur ~= tonumber(ARGV[1]) then return {0, cur} end
-redis.call('HSET', KEYS[1], 'rev', cur + 1, 'json', ARGV[3])
+local exists = redis.call('EXISTS', KEYS[1]) == 1
+local ver = tonumber(redis.call('HGET', KEYS[1], 'ver') or '0')
+local rev = tonumber(redis.call('HGET', KEYS[1], 'rev') or '0')
+local want = tonumber(ARGV[1])
+if (want < 0 and exists) or (want >= 0 and (not exists or ver ~= want)) then
+  return {0, rev}
+end
+local n = redis.call('INCR', KEYS[3])
+if n <= ver then
+  n = ver + 1
+  redis.call('SET', KEYS[3], n)
+end
+redis.call('HSET', KEYS[1], 'rev', rev + 1, 'ver', n, 'json', ARGV[3])
 redis.call('ZADD', KEYS[2], 0, ARGV[2])
-return {1, cur + 1}
+return {1, n}
 "#;
 
-/// Delete a subject if its revision is the expected one.
+/// Delete a subject if it is at the expected version, taking the next version.
 const DELETE: &str = r#"
-local cur = tonumber(redis.call('HGET', KEYS[1], 'rev') or '0')
-if cur == 0 or cur ~= tonumber(ARGV[1]) then return {0, cur} end
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end
+local ver = tonumber(redis.call('HGET', KEYS[1], 'ver') or '0')
+if ver ~= tonumber(ARGV[1]) then
+  return {0, tonumber(redis.call('HGET', KEYS[1], 'rev') or '0')}
+end
+local n = redis.call('INCR', KEYS[3])
+if n <= ver then
+  n = ver + 1
+  redis.call('SET', KEYS[3], n)
+end
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[2])
-return {1, cur}
+return {1, n}
 "#;
 
 /// Subjects of one kind in Redis.
@@ -55,9 +83,9 @@ pub struct RedisStore<T> {
     client: redis::Client,
     prefix: String,
     timeout: Duration,
-    /// Made on first use; a tokio mutex because connecting awaits while holding it (one
-    /// connection attempt at a time, not one per caller).
-    conn: Mutex<Option<ConnectionManager>>,
+    /// Made on first use, with the store's name; a tokio mutex because connecting awaits
+    /// while holding it (one connection attempt at a time, not one per caller).
+    conn: Mutex<Option<(ConnectionManager, String)>>,
     put: Script,
     delete: Script,
     kind: PhantomData<fn() -> T>,
@@ -110,7 +138,8 @@ impl<T: RemoteSubject> RedisStore<T> {
         })
     }
 
-    async fn conn(&self) -> Result<ConnectionManager, StoreError> {
+    /// The connection, and the store's name as events carry it (`redis:<id>`).
+    async fn conn(&self) -> Result<(ConnectionManager, String), StoreError> {
         let mut conn = self.conn.lock().await;
         if let Some(c) = conn.as_ref() {
             return Ok(c.clone());
@@ -127,12 +156,34 @@ impl<T: RemoteSubject> RedisStore<T> {
         .await
         .map_err(|_| StoreError::Unavailable("redis: connecting timed out".into()))?
         .map_err(unavailable)?;
-        *conn = Some(made.clone());
-        Ok(made)
+        let name = format!("redis:{}", self.store_id(made.clone()).await?);
+        *conn = Some((made.clone(), name.clone()));
+        Ok((made, name))
+    }
+
+    /// The store's id: the one the first node to connect set, whoever that was.
+    async fn store_id(&self, mut conn: ConnectionManager) -> Result<String, StoreError> {
+        let key = format!("{}store_id", self.prefix);
+        let (id,): (String,) = redis::pipe()
+            .cmd("SET")
+            .arg(&key)
+            .arg(uuid::Uuid::new_v4().to_string())
+            .arg("NX")
+            .ignore()
+            .cmd("GET")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        Ok(id)
     }
 
     fn key(&self, tenant: &str, id: &str) -> String {
         format!("{}{}:{{{tenant}}}:{id}", self.prefix, T::KIND)
+    }
+
+    fn counter_key(&self) -> String {
+        format!("{}{}:version", self.prefix, T::KIND)
     }
 
     fn index_key(&self, tenant: &str) -> String {
@@ -157,12 +208,23 @@ fn glob_escape(s: &str) -> String {
     out
 }
 
-/// A stored `(rev, json)` pair as a subject; the store's `rev` is the truth.
+/// The stamp of version `version` of the store named `name`.
+fn stamp(name: &str, version: u64) -> Stamp {
+    Stamp {
+        version,
+        store: Some(name.to_owned()),
+    }
+}
+
+/// A stored hash's `rev`, `ver` and `json`.
+type Fields = (Option<u64>, Option<u64>, Option<String>);
+
+/// A stored hash as a subject; the store's `rev` is the truth. A hash written before versions
+/// existed is at version 0.
 fn decode<T: RemoteSubject>(
     key: &str,
-    rev: Option<u64>,
-    json: Option<String>,
-) -> Result<Option<T>, StoreError> {
+    (rev, ver, json): Fields,
+) -> Result<Option<Versioned<T>>, StoreError> {
     let (Some(rev), Some(json)) = (rev, json) else {
         return Ok(None);
     };
@@ -171,12 +233,15 @@ fn decode<T: RemoteSubject>(
         detail: e.to_string(),
     })?;
     subject.set_revision(rev);
-    Ok(Some(subject))
+    Ok(Some(Versioned {
+        subject,
+        version: ver.unwrap_or(0),
+    }))
 }
 
-fn cas(key: &str, (written, actual): (i64, i64)) -> Result<Cas, StoreError> {
-    match (written, u64::try_from(actual)) {
-        (1, _) => Ok(Cas::Written),
+fn cas(key: &str, name: &str, (written, value): (i64, i64)) -> Result<Cas, StoreError> {
+    match (written, u64::try_from(value)) {
+        (1, Ok(version)) => Ok(Cas::Written(stamp(name, version))),
         (0, Ok(actual)) => Ok(Cas::Conflict { actual }),
         _ => Err(StoreError::Corrupt {
             what: key.to_owned(),
@@ -196,7 +261,7 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
         // set). SCAN walks the keyspace in bounded steps and may repeat a key: a set.
         let stem = self.index_stem();
         let pattern = format!("{}*}}", glob_escape(&stem));
-        let mut conn = self.conn().await?;
+        let (mut conn, _) = self.conn().await?;
         let mut tenants = std::collections::BTreeSet::new();
         let mut cursor: u64 = 0;
         loop {
@@ -221,17 +286,28 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
         }
     }
 
-    async fn get(&self, tenant: &str, id: &str) -> Result<Option<T>, StoreError> {
+    async fn get(&self, tenant: &str, id: &str) -> Result<Found<T>, StoreError> {
         let key = self.key(tenant, id);
-        let mut conn = self.conn().await?;
-        let (rev, json): (Option<u64>, Option<String>) = redis::cmd("HMGET")
+        let (mut conn, name) = self.conn().await?;
+        // One transaction: the counter is read in the same step as the subject's absence.
+        let (fields, counter): (Fields, Option<u64>) = redis::pipe()
+            .atomic()
+            .cmd("HMGET")
             .arg(&key)
             .arg("rev")
+            .arg("ver")
             .arg("json")
+            .cmd("GET")
+            .arg(self.counter_key())
             .query_async(&mut conn)
             .await
             .map_err(unavailable)?;
-        decode(&key, rev, json)
+        let subject = decode(&key, fields)?;
+        let version = subject.as_ref().map_or(counter.unwrap_or(0), |s| s.version);
+        Ok(Found {
+            subject,
+            stamp: stamp(&name, version),
+        })
     }
 
     async fn list(
@@ -239,8 +315,8 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
         tenant: &str,
         after: Option<&str>,
         limit: usize,
-    ) -> Result<Vec<T>, StoreError> {
-        let mut conn = self.conn().await?;
+    ) -> Result<Vec<Versioned<T>>, StoreError> {
+        let (mut conn, _) = self.conn().await?;
         let mut subjects = Vec::with_capacity(limit.min(1024));
         let mut after = after.map(str::to_owned);
         // An id the index lists may be deleted before its hash is read: it is not there, and
@@ -268,12 +344,12 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
                 pipe.cmd("HMGET")
                     .arg(self.key(tenant, id))
                     .arg("rev")
+                    .arg("ver")
                     .arg("json");
             }
-            let found: Vec<(Option<u64>, Option<String>)> =
-                pipe.query_async(&mut conn).await.map_err(unavailable)?;
-            for (id, (rev, json)) in ids.iter().zip(found) {
-                if let Some(subject) = decode(&self.key(tenant, id), rev, json)? {
+            let found: Vec<Fields> = pipe.query_async(&mut conn).await.map_err(unavailable)?;
+            for (id, fields) in ids.iter().zip(found) {
+                if let Some(subject) = decode(&self.key(tenant, id), fields)? {
                     subjects.push(subject);
                 }
             }
@@ -285,41 +361,53 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
         Ok(subjects)
     }
 
-    async fn put(&self, subject: &T, expected: u64) -> Result<Cas, StoreError> {
+    async fn version(&self) -> Result<Stamp, StoreError> {
+        let (mut conn, name) = self.conn().await?;
+        let counter: Option<u64> = redis::cmd("GET")
+            .arg(self.counter_key())
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        Ok(stamp(&name, counter.unwrap_or(0)))
+    }
+
+    async fn put(&self, subject: &T, expected: Option<u64>) -> Result<Cas, StoreError> {
         let key = self.key(subject.tenant(), subject.id());
-        let mut stored = subject.clone();
-        stored.set_revision(expected + 1);
-        let json = serde_json::to_string(&stored).map_err(|e| StoreError::Corrupt {
+        // The stored `rev` is the truth; the JSON's revision is overwritten on every read.
+        let json = serde_json::to_string(subject).map_err(|e| StoreError::Corrupt {
             what: key.clone(),
             detail: e.to_string(),
         })?;
-        let mut conn = self.conn().await?;
+        let expected = expected.map_or(-1, |v| v as i64);
+        let (mut conn, name) = self.conn().await?;
         let reply = self
             .put
             .key(&key)
             .key(self.index_key(subject.tenant()))
+            .key(self.counter_key())
             .arg(expected)
             .arg(subject.id())
             .arg(json)
             .invoke_async(&mut conn)
             .await
             .map_err(unavailable)?;
-        cas(&key, reply)
+        cas(&key, &name, reply)
     }
 
     async fn delete(&self, tenant: &str, id: &str, expected: u64) -> Result<Cas, StoreError> {
         let key = self.key(tenant, id);
-        let mut conn = self.conn().await?;
+        let (mut conn, name) = self.conn().await?;
         let reply = self
             .delete
             .key(&key)
             .key(self.index_key(tenant))
+            .key(self.counter_key())
             .arg(expected)
             .arg(id)
             .invoke_async(&mut conn)
             .await
             .map_err(unavailable)?;
-        cas(&key, reply)
+        cas(&key, &name, reply)
     }
 }
 

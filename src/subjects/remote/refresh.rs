@@ -35,8 +35,8 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 use tokio_util::sync::CancellationToken;
 
-use super::{resource, view, Gate, Remote, RemoteSubject};
-use crate::audit::{Known, Present, Refresh, Trail, TrailStates};
+use super::{resource, Gate, Remote, RemoteSubject};
+use crate::audit::{Known, Refresh, Stamp, Trail, TrailStates};
 use crate::store::StoreError;
 use crate::telemetry;
 
@@ -111,43 +111,71 @@ impl<T: RemoteSubject> Refreshable for Remote<T> {
     async fn refresh(&self, states: &mut TrailStates, page: usize) -> Result<Counts, StoreError> {
         let page = page.max(1);
         let mut counts = Counts::default();
+        let store = self.store.version().await?.store;
         for tenant in self.store.tenants().await? {
             let mut after: Option<String> = None;
             loop {
                 let subjects = self.store.list(&tenant, after.as_deref(), page).await?;
                 let mut offers = Vec::with_capacity(subjects.len());
-                for subject in &subjects {
-                    let resource = resource::<T>(subject.id());
+                for found in &subjects {
+                    let resource = resource::<T>(found.subject.id());
                     let known = states.take(T::KIND, &tenant, &resource);
-                    offers.push(present(subject, resource, known)?);
+                    let stamp = Stamp {
+                        version: found.version,
+                        store: store.clone(),
+                    };
+                    offers.push(offer(&found.subject, stamp, resource, known)?);
                 }
                 self.offer(offers, &mut counts).await?;
                 if subjects.len() < page {
                     break;
                 }
-                after = subjects.last().map(|s| s.id().to_owned());
+                after = subjects.last().map(|s| s.subject.id().to_owned());
             }
         }
-        let gone: Vec<Refresh> = states
-            .rest(T::KIND)
-            .into_iter()
-            .map(|(tenant, resource, known)| Refresh {
-                kind: T::KIND.to_owned(),
-                tenant,
-                resource,
-                present: None,
-                revision: None,
-                known: Some(known),
-            })
-            .collect();
-        for chunk in gone.chunks(page) {
-            self.offer(chunk.to_vec(), &mut counts).await?;
+        let rest = states.rest(T::KIND);
+        for chunk in rest.chunks(page) {
+            let mut gone = Vec::with_capacity(chunk.len());
+            for (tenant, resource, known) in chunk {
+                gone.push(self.gone(tenant, resource, known).await?);
+            }
+            self.offer(gone, &mut counts).await?;
         }
         Ok(counts)
     }
 }
 
 impl<T: RemoteSubject> Remote<T> {
+    /// The refresh of a subject the trail knows and the store's listing lacked: read again,
+    /// with the version its state is at (the store's version, when it is still gone).
+    async fn gone(
+        &self,
+        tenant: &str,
+        resource: &str,
+        known: &Known,
+    ) -> Result<Refresh, StoreError> {
+        let id = resource.split_once('/').map_or(resource, |(_, id)| id);
+        let found = self.store.get(tenant, id).await?;
+        Ok(match found.subject {
+            Some(s) => offer(
+                &s.subject,
+                found.stamp,
+                resource.to_owned(),
+                Some(known.clone()),
+            )?,
+            None => Refresh {
+                kind: T::KIND.to_owned(),
+                tenant: tenant.to_owned(),
+                resource: resource.to_owned(),
+                present: None,
+                revision: None,
+                known: Some(known.clone()),
+                stamp: Some(found.stamp),
+                snapshot: None,
+            },
+        })
+    }
+
     /// Offer `refreshes` to the writer together (one group commit serves them).
     async fn offer(&self, refreshes: Vec<Refresh>, counts: &mut Counts) -> Result<(), StoreError> {
         counts.checked += refreshes.len() as u64;
@@ -163,23 +191,22 @@ impl<T: RemoteSubject> Remote<T> {
     }
 }
 
-/// `subject`'s present state as a refresh offer.
-fn present<T: RemoteSubject>(
+/// `subject`'s present state, at version `stamp`, as a refresh offer.
+pub(crate) fn offer<T: RemoteSubject>(
     subject: &T,
+    stamp: Stamp,
     resource: String,
     known: Option<Known>,
 ) -> Result<Refresh, StoreError> {
-    let state = serde_json::to_value(subject).map_err(super::corrupt::<T>)?;
     Ok(Refresh {
         kind: T::KIND.to_owned(),
         tenant: subject.tenant().to_owned(),
         resource,
-        present: Some(Present {
-            state,
-            view: view(subject)?.into_value(),
-        }),
+        present: Some(super::present(subject)?),
         revision: Some(subject.revision()),
         known,
+        stamp: Some(stamp),
+        snapshot: None,
     })
 }
 

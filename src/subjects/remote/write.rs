@@ -1,6 +1,6 @@
 //! The dual write of one change to a remote subject: the pending row with the states' hashes,
-//! the store's compare-and-set on the revision the change read, then the row with what the
-//! compare-and-set said.
+//! the store's compare-and-set on the version the change read, then the row with what the
+//! compare-and-set said and the version it took.
 //!
 //! A change first passes the kind's gate (closed while a restore's refresh runs, see
 //! `gate.rs`). It runs in a task of its own, so a client that hangs up mid-change does not
@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
-use super::{corrupt, resource, view, Cas, Remote, RemoteStore, RemoteSubject};
+use super::{corrupt, resource, view, Cas, Remote, RemoteStore, RemoteSubject, Versioned};
 use crate::audit::{Change, CommitError, Context, Finish};
 use crate::subjects::key::check_name;
 use crate::subjects::{check_if_match, ChangeResult, IfMatch, SubjectChange, SubjectError};
@@ -25,9 +25,13 @@ impl<T: RemoteSubject> Remote<T> {
         tenant: &str,
         id: &str,
         if_match: Option<IfMatch>,
-    ) -> Result<T, CommitError<SubjectError>> {
+    ) -> Result<Versioned<T>, CommitError<SubjectError>> {
         let before = self.require(tenant, id).await?;
-        check_if_match(if_match, &resource::<T>(id), Some(before.revision()))?;
+        check_if_match(
+            if_match,
+            &resource::<T>(id),
+            Some(before.subject.revision()),
+        )?;
         Ok(before)
     }
 
@@ -60,8 +64,8 @@ impl<T: RemoteSubject> Remote<T> {
         &self,
         tenant: &str,
         id: &str,
-    ) -> Result<T, CommitError<SubjectError>> {
-        self.store.get(tenant, id).await?.ok_or_else(|| {
+    ) -> Result<Versioned<T>, CommitError<SubjectError>> {
+        self.store.get(tenant, id).await?.subject.ok_or_else(|| {
             CommitError::Refused(SubjectError::NotFound {
                 resource: resource::<T>(id),
             })
@@ -74,7 +78,7 @@ impl<T: RemoteSubject> Remote<T> {
         tenant: &str,
         id: &str,
     ) -> Result<(), CommitError<SubjectError>> {
-        match self.store.get(tenant, id).await? {
+        match self.store.get(tenant, id).await?.subject {
             None => Ok(()),
             Some(_) => Err(SubjectError::Exists {
                 resource: resource::<T>(id),
@@ -83,16 +87,19 @@ impl<T: RemoteSubject> Remote<T> {
         }
     }
 
-    /// The dual write of `<kind>.<verb>` from `before` to `after` (either absent, not both),
-    /// with the row's `detail`. `after`'s revision must be `before`'s + 1 (1 for a create).
+    /// The dual write of `<kind>.<verb>` from `before` (at the version the change read) to
+    /// `after` (either absent, not both), with the row's `detail`. `after`'s revision must be
+    /// `before`'s + 1 (1 for a create).
     pub(crate) async fn write(
         &self,
         ctx: Context,
         verb: &'static str,
-        before: Option<T>,
+        before: Option<Versioned<T>>,
         after: Option<T>,
         detail: Map<String, Value>,
     ) -> ChangeResult {
+        let expected = before.as_ref().map(|b| b.version);
+        let before = before.map(|b| b.subject);
         let Some(subject) = after.as_ref().or(before.as_ref()) else {
             return Err(CommitError::StoreUnavailable);
         };
@@ -102,8 +109,7 @@ impl<T: RemoteSubject> Remote<T> {
             telemetry::remote::change_held(T::KIND, &resource::<T>(&id));
             return Err(CommitError::StoreUnavailable);
         }
-        let expected = before.as_ref().map_or(0, |b| b.revision());
-        let revision = expected + 1;
+        let revision = before.as_ref().map_or(0, |b| b.revision()) + 1;
         let after_view = after.as_ref().map(view).transpose()?;
         // A delete's event carries the subject as it was, at the delete's revision.
         let entity = match (&after_view, &before) {
@@ -124,7 +130,12 @@ impl<T: RemoteSubject> Remote<T> {
             let _locked = locks.lock(&tenant, &id).await;
             trail
                 .record(ctx, change, || {
-                    apply(store, tenant.clone(), id.clone(), after, expected)
+                    apply(
+                        store,
+                        (tenant.clone(), id.clone()),
+                        after,
+                        (expected, revision),
+                    )
                 })
                 .await
         });
@@ -141,33 +152,36 @@ impl<T: RemoteSubject> Remote<T> {
     }
 }
 
-/// The store's compare-and-set of one change, and what it means for the row.
+/// The store's compare-and-set of one change, on the version it read (`expected`; `None`
+/// for a create), and what it means for the row.
 async fn apply<T: RemoteSubject>(
     store: Arc<dyn RemoteStore<T>>,
-    tenant: String,
-    id: String,
+    (tenant, id): (String, String),
     after: Option<T>,
-    expected: u64,
+    (expected, revision): (Option<u64>, u64),
 ) -> (Option<Finish>, Result<(), CommitError<SubjectError>>) {
     fail::fail_point!("remote::apply", |_| (
         None,
         Err(CommitError::StoreUnavailable)
     ));
-    let written = match &after {
-        Some(subject) => store.put(subject, expected).await,
-        None => store.delete(&tenant, &id, expected).await,
+    let written = match (&after, expected) {
+        (Some(subject), _) => store.put(subject, expected).await,
+        (None, Some(expected)) => store.delete(&tenant, &id, expected).await,
+        (None, None) => return (Some(Finish::Refused), Err(CommitError::StoreUnavailable)),
     };
     match written {
-        Ok(Cas::Written) => (Some(Finish::Applied), Ok(())),
+        Ok(Cas::Written(stamp)) => (Some(Finish::Applied(stamp)), Ok(())),
         Ok(Cas::Conflict { actual }) => {
-            let refusal = if expected == 0 {
+            // The subject changed since the change read it: deleted, created again (with a
+            // revision that may equal the one read), or changed by another node.
+            let refusal = if expected.is_none() {
                 SubjectError::Exists {
                     resource: resource::<T>(&id),
                 }
             } else {
                 SubjectError::RevisionMismatch {
                     resource: resource::<T>(&id),
-                    expected: IfMatch::Revision(expected),
+                    expected: IfMatch::Revision(revision - 1),
                     actual: (actual > 0).then_some(actual),
                 }
             };

@@ -65,11 +65,11 @@ impl Routes {
         check_name("id", &id)?;
         patch.check()?;
         let before = self.0.current(&tenant, &id, if_match).await?;
-        let (mut after, fields) = patch.apply(&before);
+        let (mut after, fields) = patch.apply(&before.subject);
         if fields == 0 {
-            return Remote::unchanged(&before);
+            return Remote::unchanged(&before.subject);
         }
-        after.revision = before.revision + 1;
+        after.revision = before.subject.revision + 1;
         let mut detail = Map::new();
         detail.insert("fields".into(), fields.into());
         self.0

@@ -55,6 +55,7 @@ async fn nothing_applied_is_missing(dir: &Path, url: &str) {
         .get("t1", "r1")
         .await
         .unwrap()
+        .into_subject()
         .map_or(0, |r| r.revision);
     let store = Store::open(dir).unwrap();
     let applied = all_rows(&store)
@@ -118,7 +119,12 @@ async fn a_crash_at_each_point_settles_as_the_spec_says() {
                 assert_eq!(rows[1].revision, Some(2));
             }
         }
-        let stored = redis_store(&url).get("t1", "r1").await.unwrap().unwrap();
+        let stored = redis_store(&url)
+            .get("t1", "r1")
+            .await
+            .unwrap()
+            .into_subject()
+            .unwrap();
         assert_eq!(stored.revision, revision, "{point}");
         nothing_applied_is_missing(dir.path(), &url).await;
     }
@@ -147,10 +153,12 @@ async fn a_concurrent_change_between_crash_and_settlement_is_interrupted_with_re
     ));
     // Another node's change lands before this one restarts.
     let other = redis_store(&url);
-    let mut theirs = other.get("t1", "r1").await.unwrap().unwrap();
+    let found = other.get("t1", "r1").await.unwrap();
+    let version = found.version();
+    let mut theirs = found.into_subject().unwrap();
     theirs.destination = "https://example.test/c".into();
     theirs.revision = 3;
-    other.put(&theirs, 2).await.unwrap();
+    other.put(&theirs, version).await.unwrap();
     let rows = restart_and_settle(dir.path(), &url).await;
     assert_eq!(rows.len(), 2);
     assert_eq!(rows[1].result, RowResult::Interrupted);

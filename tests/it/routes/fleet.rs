@@ -96,7 +96,13 @@ async fn two_nodes_on_one_redis_never_lose_an_update() {
     assert_eq!(failed, 0, "a lost race writes no row");
     assert!(rows.iter().all(|r| r.result != RowResult::Interrupted));
     for id in ROUTES {
-        let stored = a.store().get("t1", id).await.unwrap().unwrap();
+        let stored = a
+            .store()
+            .get("t1", id)
+            .await
+            .unwrap()
+            .into_subject()
+            .unwrap();
         // 1 create + 4 writers x UPDATES updates, none lost.
         assert_eq!(stored.revision, 1 + 4 * UPDATES as u64, "{id}");
         let mut applied: BTreeMap<u64, usize> = BTreeMap::new();

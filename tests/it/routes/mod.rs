@@ -12,6 +12,7 @@ mod fleet;
 pub(crate) mod settle;
 pub(crate) mod sources_redis;
 mod stores;
+mod versions;
 
 use crate::support::eventually;
 use std::sync::Arc;

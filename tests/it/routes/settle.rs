@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ankusa::audit::{Change, Finish, RowResult, Trail};
+use ankusa::audit::{Change, Finish, RowResult, Stamp, Trail};
 use ankusa::store::{keys, Cf, StoreError};
 use ankusa::subjects::remote::memory::MemoryStore;
-use ankusa::subjects::remote::{Cas, RemoteStore};
+use ankusa::subjects::remote::{Cas, Found, RemoteStore, Versioned};
 use ankusa::subjects::routes::{Route, RoutePatch, RouteStore, Routes};
 use serde_json::json;
 
@@ -17,10 +17,17 @@ use crate::routes::{entity, new_route, redis_store, route_rows, settling, wait_s
 use crate::support::redis::RedisServer;
 use crate::support::trail::{ctx, open_trail};
 
-/// The change that sets route `id`'s destination, as `Routes::update` describes it: the
-/// route before and after, and where settlement finds it.
-async fn update_of(store: &Arc<RouteStore>, id: &str, destination: &str) -> (Route, Change) {
-    let before = store.get("t1", id).await.unwrap().expect("route exists");
+/// The change that sets route `id`'s destination, as `Routes::update` describes it (the
+/// route before and after, and where settlement finds it), and the route after with the
+/// version its compare-and-set expects.
+async fn update_of(
+    store: &Arc<RouteStore>,
+    id: &str,
+    destination: &str,
+) -> (Versioned<Route>, Change) {
+    let found = store.get("t1", id).await.unwrap();
+    let version = found.version().expect("route exists");
+    let before = found.into_subject().expect("route exists");
     let mut after = before.clone();
     after.destination = destination.into();
     after.revision += 1;
@@ -33,7 +40,13 @@ async fn update_of(store: &Arc<RouteStore>, id: &str, destination: &str) -> (Rou
         .revision(after.revision)
         .entity(serde_json::to_value(&after).unwrap())
         .locate("route", json!({"tenant": "t1", "id": id}));
-    (after, change)
+    (
+        Versioned {
+            subject: after,
+            version,
+        },
+        change,
+    )
 }
 
 /// Leave a pending update of route `id` as a crash would: begun, applied to the store if
@@ -42,7 +55,10 @@ async fn leave_pending(trail: &Trail, store: &Arc<RouteStore>, id: &str, apply: 
     let (after, change) = update_of(store, id, "https://example.test/b").await;
     let pending = trail.begin::<()>(ctx("alice"), change).await.unwrap();
     if apply {
-        store.put(&after, after.revision - 1).await.unwrap();
+        store
+            .put(&after.subject, Some(after.version))
+            .await
+            .unwrap();
     }
     std::mem::forget(pending);
 }
@@ -87,7 +103,10 @@ async fn a_dropped_pending_is_settled_while_the_node_runs() {
     let applied = trail.record::<(), (), _, _>(ctx("alice"), change, || {
         let store = store.clone();
         async move {
-            store.put(&after, 1).await.unwrap();
+            store
+                .put(&after.subject, Some(after.version))
+                .await
+                .unwrap();
             let _ = put.send(());
             std::future::pending::<(Option<Finish>, ())>().await
         }
@@ -127,8 +146,26 @@ async fn a_dropped_pending_is_settled_while_the_node_runs() {
     assert_eq!(gadget.result, RowResult::Interrupted);
     assert!(!gadget.refresh && !gadget.publish);
     // The store says what the trail says.
-    assert_eq!(store.get("t1", "r1").await.unwrap().unwrap().revision, 2);
-    assert_eq!(store.get("t1", "r2").await.unwrap().unwrap().revision, 1);
+    assert_eq!(
+        store
+            .get("t1", "r1")
+            .await
+            .unwrap()
+            .into_subject()
+            .unwrap()
+            .revision,
+        2
+    );
+    assert_eq!(
+        store
+            .get("t1", "r2")
+            .await
+            .unwrap()
+            .into_subject()
+            .unwrap()
+            .revision,
+        1
+    );
     settling.stop().await;
     trail.shutdown().await;
 }
@@ -255,10 +292,12 @@ async fn a_change_by_someone_else_before_settlement_is_interrupted_with_refresh(
     stopped_with_pending(dir.path(), &redis.url()).await;
     // Another node changes r1 before this one comes back.
     let other = redis_store(&redis.url());
-    let mut theirs = other.get("t1", "r1").await.unwrap().unwrap();
+    let found = other.get("t1", "r1").await.unwrap();
+    let version = found.version();
+    let mut theirs = found.into_subject().unwrap();
     theirs.enabled = false;
     theirs.revision = 3;
-    other.put(&theirs, 2).await.unwrap();
+    other.put(&theirs, version).await.unwrap();
     let trail = open_trail(dir.path(), true);
     let settling = settling(
         &trail,
@@ -296,7 +335,7 @@ impl RemoteStore<Route> for SlowNextRead {
     async fn tenants(&self) -> Result<Vec<String>, StoreError> {
         self.inner.tenants().await
     }
-    async fn get(&self, tenant: &str, id: &str) -> Result<Option<Route>, StoreError> {
+    async fn get(&self, tenant: &str, id: &str) -> Result<Found<Route>, StoreError> {
         let read = self.inner.get(tenant, id).await;
         if self.slow.swap(false, Ordering::SeqCst) {
             self.reading.notify_one();
@@ -309,10 +348,13 @@ impl RemoteStore<Route> for SlowNextRead {
         tenant: &str,
         after: Option<&str>,
         limit: usize,
-    ) -> Result<Vec<Route>, StoreError> {
+    ) -> Result<Vec<Versioned<Route>>, StoreError> {
         self.inner.list(tenant, after, limit).await
     }
-    async fn put(&self, route: &Route, expected: u64) -> Result<Cas, StoreError> {
+    async fn version(&self) -> Result<Stamp, StoreError> {
+        self.inner.version().await
+    }
+    async fn put(&self, route: &Route, expected: Option<u64>) -> Result<Cas, StoreError> {
         self.inner.put(route, expected).await
     }
     async fn delete(&self, tenant: &str, id: &str, expected: u64) -> Result<Cas, StoreError> {

@@ -40,6 +40,12 @@ async fn redis_dump(url: &str) -> String {
                 .query_async(&mut conn)
                 .await
                 .unwrap(),
+            "string" => redis::cmd("GET")
+                .arg(&key)
+                .query_async::<String>(&mut conn)
+                .await
+                .map(|v| vec![v])
+                .unwrap(),
             _ => redis::cmd("ZRANGE")
                 .arg(&key)
                 .arg(0)

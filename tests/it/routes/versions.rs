@@ -1,0 +1,300 @@
+//! Subject versions: every change of a route or source takes the next version of its store's
+//! one counter, in the step that applies it, and a change applies only at the version it
+//! read. So a change read before a delete and a create again is refused (the revision
+//! restarts at 1, the version never does), and versions increase across nodes sharing a
+//! store, across restarts of the memory store and across restores of a node's own store.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ankusa::audit::{CommitError, Row, RowResult, Stamp};
+use ankusa::store::backup::BackupDir;
+use ankusa::store::StoreError;
+use ankusa::subjects::remote::memory::MemoryStore;
+use ankusa::subjects::remote::{Cas, Found, RemoteStore, Versioned};
+use ankusa::subjects::routes::{Route, RoutePatch, RouteStore, Routes};
+use ankusa::subjects::sources::{self, NewSource, SourcePatch};
+use ankusa::subjects::SubjectError;
+use serde_json::json;
+use tokio::sync::Notify;
+
+use crate::restore::store::{now, restore_into};
+use crate::routes::{new_route, redis_store, route_rows};
+use crate::support::redis::RedisServer;
+use crate::support::trail::{all_rows, ctx, open_trail, open_trail_with_sinks};
+
+/// A route store whose next read, once armed, waits for `go` after it read: the window in
+/// which another node changes the route under a change that read it.
+#[derive(Debug)]
+struct HeldRead {
+    inner: Arc<RouteStore>,
+    armed: AtomicBool,
+    read: Notify,
+    go: Notify,
+}
+
+#[async_trait::async_trait]
+impl RemoteStore<Route> for HeldRead {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+    async fn tenants(&self) -> Result<Vec<String>, StoreError> {
+        self.inner.tenants().await
+    }
+    async fn get(&self, tenant: &str, id: &str) -> Result<Found<Route>, StoreError> {
+        let found = self.inner.get(tenant, id).await;
+        if self.armed.swap(false, Ordering::SeqCst) {
+            self.read.notify_one();
+            self.go.notified().await;
+        }
+        found
+    }
+    async fn list(
+        &self,
+        tenant: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Versioned<Route>>, StoreError> {
+        self.inner.list(tenant, after, limit).await
+    }
+    async fn version(&self) -> Result<Stamp, StoreError> {
+        self.inner.version().await
+    }
+    async fn put(&self, route: &Route, expected: Option<u64>) -> Result<Cas, StoreError> {
+        self.inner.put(route, expected).await
+    }
+    async fn delete(&self, tenant: &str, id: &str, expected: u64) -> Result<Cas, StoreError> {
+        self.inner.delete(tenant, id, expected).await
+    }
+}
+
+fn destination(patch: &str) -> RoutePatch {
+    RoutePatch {
+        destination: Some(patch.into()),
+        ..RoutePatch::default()
+    }
+}
+
+/// Node A reads r1 at revision 1; node B deletes r1 and creates it again (revision 1, another
+/// destination); A's update must not overwrite B's route, and no row may say it applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_read_before_a_delete_and_a_create_again_is_refused() {
+    let redis = RedisServer::start();
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (trail_a, trail_b) = (
+        open_trail(dir_a.path(), true),
+        open_trail(dir_b.path(), true),
+    );
+    let held = Arc::new(HeldRead {
+        inner: redis_store(&redis.url()),
+        armed: AtomicBool::new(false),
+        read: Notify::new(),
+        go: Notify::new(),
+    });
+    let a = Routes::new(held.clone(), trail_a.clone());
+    let b = Routes::new(redis_store(&redis.url()), trail_b.clone());
+    b.create(
+        ctx("bob"),
+        "t1".into(),
+        new_route("r1", "https://example.test/old"),
+    )
+    .await
+    .unwrap();
+
+    held.armed.store(true, Ordering::SeqCst);
+    let update = tokio::spawn({
+        let a = a.clone();
+        async move {
+            let patch = destination("https://example.test/from-a");
+            a.update(ctx("alice"), "t1".into(), "r1".into(), patch, None)
+                .await
+        }
+    });
+    held.read.notified().await;
+    b.delete(ctx("bob"), "t1".into(), "r1".into(), None)
+        .await
+        .unwrap();
+    let again = b
+        .create(
+            ctx("bob"),
+            "t1".into(),
+            new_route("r1", "https://example.test/b"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(again.revision, 1, "the revision restarts");
+    held.go.notify_one();
+
+    let refused = update.await.unwrap();
+    assert!(
+        matches!(
+            refused,
+            Err(CommitError::Refused(SubjectError::RevisionMismatch { .. }))
+        ),
+        "{refused:?}"
+    );
+    let stored = b.store().get("t1", "r1").await.unwrap().into_subject();
+    assert_eq!(stored.unwrap().destination, "https://example.test/b");
+    // No row of A's says anything of r1, and nothing is pending.
+    assert_eq!(route_rows(trail_a.store(), "r1"), Vec::<Row>::new());
+    assert!(ankusa::audit::pending_rows(trail_a.store())
+        .unwrap()
+        .is_empty());
+    trail_a.shutdown().await;
+    trail_b.shutdown().await;
+}
+
+/// The versions a route's rows carry, across two nodes on one Redis: strictly increasing in
+/// the order the store applied the changes, each node naming the store alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn versions_increase_over_a_delete_a_create_again_and_two_nodes() {
+    let redis = RedisServer::start();
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (trail_a, trail_b) = (
+        open_trail(dir_a.path(), true),
+        open_trail(dir_b.path(), true),
+    );
+    let a = Routes::new(redis_store(&redis.url()), trail_a.clone());
+    let b = Routes::new(redis_store(&redis.url()), trail_b.clone());
+    let r = |dest: &str| new_route("r1", dest);
+    a.create(ctx("a"), "t1".into(), r("https://example.test/1"))
+        .await
+        .unwrap();
+    let patch = destination("https://example.test/2");
+    b.update(ctx("b"), "t1".into(), "r1".into(), patch, None)
+        .await
+        .unwrap();
+    a.delete(ctx("a"), "t1".into(), "r1".into(), None)
+        .await
+        .unwrap();
+    b.create(ctx("b"), "t1".into(), r("https://example.test/3"))
+        .await
+        .unwrap();
+
+    let mut rows: Vec<Row> = route_rows(trail_a.store(), "r1");
+    rows.extend(route_rows(trail_b.store(), "r1"));
+    rows.sort_by_key(|r| r.version);
+    let actions: Vec<&str> = rows.iter().map(|r| r.action.as_str()).collect();
+    assert_eq!(
+        actions,
+        [
+            "route.create",
+            "route.update",
+            "route.delete",
+            "route.create"
+        ]
+    );
+    let versions: Vec<u64> = rows.iter().map(|r| r.version.unwrap()).collect();
+    assert_eq!(versions, [1, 2, 3, 4], "one counter, one step per change");
+    let store = rows[0].store.clone().expect("a shared store is named");
+    assert!(store.starts_with("redis:"), "{store}");
+    assert!(rows
+        .iter()
+        .all(|r| r.store.as_deref() == Some(store.as_str())));
+    assert!(rows.iter().all(|r| r.result == RowResult::Ok));
+    // The store's version is the last change's; a read of a gone route says it too.
+    let now = b.store().version().await.unwrap();
+    assert_eq!(now.version, 4);
+    assert_eq!(now.store.as_deref(), Some(store.as_str()));
+    trail_a.shutdown().await;
+    trail_b.shutdown().await;
+}
+
+/// The memory store's versions continue above the last run's after a restart, though it
+/// keeps nothing: they are at least the clock in microseconds.
+#[tokio::test]
+async fn a_memory_store_started_again_issues_greater_versions() {
+    let first: MemoryStore<Route> = MemoryStore::default();
+    let route = |revision| Route {
+        id: "r1".into(),
+        tenant: "t1".into(),
+        source: "s1".into(),
+        destination: "https://example.test/a".into(),
+        filter: Default::default(),
+        enabled: true,
+        revision,
+    };
+    let mut last = 0;
+    for _ in 0..100 {
+        let Cas::Written(stamp) = first.put(&route(1), None).await.unwrap() else {
+            panic!("a create of an absent route is written");
+        };
+        assert!(stamp.version > last);
+        assert_eq!(stamp.store, None, "this node's own store");
+        last = stamp.version;
+        let Cas::Written(stamp) = first.delete("t1", "r1", last).await.unwrap() else {
+            panic!("a delete at the version read is written");
+        };
+        assert!(stamp.version > last);
+        last = stamp.version;
+    }
+    let floor = first.version().await.unwrap().version;
+    assert!(floor >= last);
+    drop(first);
+    let again: MemoryStore<Route> = MemoryStore::default();
+    assert!(again.version().await.unwrap().version > floor);
+    let Cas::Written(stamp) = again.put(&route(1), None).await.unwrap() else {
+        panic!("written");
+    };
+    assert!(stamp.version > floor);
+}
+
+fn new_source(id: &str) -> NewSource {
+    serde_json::from_value(json!({"id": id, "kind": "webhook", "secret": "hunter2-sekrit"}))
+        .unwrap()
+}
+
+/// A node's own sources: the version of a row is its incarnation's base + its seq, and a
+/// store restored from a backup issues versions above every one the lost store published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_source_versions_come_from_the_trail_and_a_restore_never_reissues_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, backups) = (dir.path().join("store"), dir.path().join("backups"));
+    let trail = open_trail_with_sinks(&path, &["file"]);
+    for id in ["s1", "s2"] {
+        sources::create(&trail, ctx("a"), "t1".into(), new_source(id))
+            .await
+            .unwrap();
+    }
+    let base = trail.history().current().base;
+    assert!(base > 0, "a new store's base is the clock");
+    BackupDir::create(&backups)
+        .unwrap()
+        .back_up(trail.store(), now())
+        .unwrap();
+    // The lost life: published, then lost by the restore.
+    for n in 0..6 {
+        let patch: SourcePatch = serde_json::from_value(json!({"config": {"n": n}})).unwrap();
+        sources::update(&trail, ctx("a"), "t1".into(), "s1".into(), patch, None)
+            .await
+            .unwrap();
+    }
+    let lost = all_rows(trail.store());
+    for row in &lost {
+        if row.action.starts_with("source.") {
+            assert_eq!(row.version, Some(base + row.seq), "{row:?}");
+            assert_eq!(row.store, None);
+        }
+    }
+    let lost_max = lost.iter().filter_map(|r| r.version).max().unwrap();
+    trail.shutdown().await;
+    drop(trail);
+    tokio::time::sleep(Duration::from_millis(5)).await;
+
+    restore_into(&backups, None, &path, true);
+    let trail = open_trail_with_sinks(&path, &["file"]);
+    let restored = trail.history().current();
+    assert!(restored.base > base);
+    sources::delete(&trail, ctx("a"), "t1".into(), "s1".into(), None)
+        .await
+        .unwrap();
+    let rows = all_rows(trail.store());
+    let delete = rows.iter().find(|r| r.action == "source.delete").unwrap();
+    assert_eq!(delete.version, Some(restored.base + delete.seq));
+    assert!(
+        delete.version.unwrap() > lost_max,
+        "the seq is re-issued, the version is not"
+    );
+    trail.shutdown().await;
+}
