@@ -173,7 +173,10 @@ impl KafkaSink {
             return None;
         }
         let key = key.filter(|k| !k.is_empty())?;
-        match self.enqueue(producer, self.record(None, None, Some(key)), deadline).await {
+        match self
+            .enqueue(producer, self.record(None, None, Some(key)), deadline)
+            .await
+        {
             Ok(report) => pending.push((index, report)),
             Err(error) => return Some(classify(&error)),
         }

@@ -361,7 +361,11 @@ fn a_delete_is_delivered_only_when_both_records_are() {
     let cases = [
         (None, Outcome::Delivered, Outcome::Delivered),
         (None, retry(), retry()),
-        (Some(Outcome::Delivered), Outcome::Delivered, Outcome::Delivered),
+        (
+            Some(Outcome::Delivered),
+            Outcome::Delivered,
+            Outcome::Delivered,
+        ),
         (Some(Outcome::Delivered), retry(), retry()),
         (Some(retry()), Outcome::Delivered, retry()),
         (Some(Outcome::Delivered), rejected(), rejected()),
