@@ -42,6 +42,11 @@ pub struct KafkaConfig {
     /// `acks` and timeouts have keys of their own or are fixed, and are refused here.
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+    /// Whether every `deleted` event is followed by a tombstone: a record with the event's
+    /// key and a null value, in the same partition right after it, so that a compacted topic
+    /// keeps the present state (Debezium's convention). Default `false`.
+    #[serde(default)]
+    pub tombstones: bool,
     /// The publisher's retry schedule for this sink. Default: [`RetryPolicy::default`].
     #[serde(default)]
     pub retry: RetryPolicy,
@@ -64,6 +69,7 @@ impl KafkaConfig {
             message_timeout: default_message_timeout(),
             healthcheck_timeout: default_healthcheck_timeout(),
             properties: BTreeMap::new(),
+            tombstones: false,
             retry: RetryPolicy::default(),
         }
     }
@@ -152,6 +158,7 @@ impl std::fmt::Debug for KafkaConfig {
             .field("message_timeout", &self.message_timeout)
             .field("healthcheck_timeout", &self.healthcheck_timeout)
             .field("properties", &properties)
+            .field("tombstones", &self.tombstones)
             .field("retry", &self.retry)
             .finish()
     }

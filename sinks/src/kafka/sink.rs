@@ -15,6 +15,16 @@
 //!   then attempts fail at once. Only then is a fatal producer replaced by a fresh one, whose
 //!   records could otherwise overtake those of the broken one.
 //!
+//! With `tombstones = true` a delete's record is followed by a tombstone: the same key, no
+//! headers, a null value, enqueued right after it on the same producer. One key means one
+//! partition, and the producer keeps a partition's enqueue order, so the tombstone lands right
+//! after its event and before the key's next event, and everything above holds for it as for
+//! any record of the key: its failure holds the key back or purges the queue. The event is
+//! `Delivered` only once both records are confirmed; otherwise it is resent whole, so a retry
+//! may write the event and its tombstone twice (harmless for compaction, which keeps the last
+//! record of a key). An event with no key, or an empty one (which librdkafka partitions at
+//! random), gets no tombstone: compaction could not join it to the event.
+//!
 //! The producer sits behind a `std::sync::RwLock<Arc<_>>`: an attempt clones the `Arc` and lets
 //! go of the lock at once (it is never held across an await).
 
@@ -26,11 +36,12 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::OwnedHeaders;
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer, PurgeConfig};
 use rdkafka::ClientConfig;
 
 use super::config::KafkaConfig;
-use super::record::Record;
+use super::record::{self, Record};
 use crate::{partition_key, telemetry, Delivery, Outcome, Sink, SinkError, Submitted};
 
 /// How long `send` waits for room when librdkafka's local queue is full before it gives up
@@ -49,6 +60,8 @@ pub struct KafkaSink {
     topic: String,
     message_timeout: Duration,
     healthcheck_timeout: Duration,
+    /// Whether a delete's record is followed by a tombstone (see the module doc).
+    tombstones: bool,
     /// How many times a fatal error replaced the producer (for metrics and tests).
     recreations: AtomicU64,
     /// Attempts handed out whose outcomes are not yet settled (or dropped).
@@ -93,6 +106,7 @@ impl KafkaSink {
             topic: config.topic,
             message_timeout: config.message_timeout,
             healthcheck_timeout: config.healthcheck_timeout,
+            tombstones: config.tombstones,
             recreations: AtomicU64::new(0),
             attempts: Arc::new(AtomicUsize::new(0)),
             failed: Arc::new(AtomicBool::new(false)),
@@ -132,22 +146,71 @@ impl KafkaSink {
         true
     }
 
+    /// Enqueues the record of `delivery` (the `index`th event of the attempt) and, for a
+    /// delete with tombstones on, its tombstone right after it; each delivery report goes to
+    /// `pending` under `index`. Returns the event's outcome when it is known at once: it could
+    /// not be encoded, or a record could not be enqueued.
+    async fn produce(
+        &self,
+        producer: &FutureProducer,
+        (index, delivery): (usize, &Delivery),
+        key: Option<&str>,
+        deadline: Instant,
+        pending: &mut Vec<(usize, DeliveryFuture)>,
+    ) -> Option<Outcome> {
+        let Ok(Record { headers, payload }) = Record::of(&delivery.event) else {
+            telemetry::encode_failed("kafka", delivery.seq);
+            return Some(Outcome::Rejected {
+                reason: "encode".into(),
+            });
+        };
+        let event = self.record(Some(headers), payload.as_deref(), key);
+        match self.enqueue(producer, event, deadline).await {
+            Ok(report) => pending.push((index, report)),
+            Err(error) => return Some(classify(&error)),
+        }
+        if !self.tombstones || !record::is_delete(&delivery.event) {
+            return None;
+        }
+        let key = key.filter(|k| !k.is_empty())?;
+        match self
+            .enqueue(producer, self.record(None, None, Some(key)), deadline)
+            .await
+        {
+            Ok(report) => pending.push((index, report)),
+            Err(error) => return Some(classify(&error)),
+        }
+        None
+    }
+
+    /// A record for the sink's topic; a tombstone has neither headers nor a payload.
+    fn record<'r>(
+        &'r self,
+        headers: Option<OwnedHeaders>,
+        payload: Option<&'r [u8]>,
+        key: Option<&'r str>,
+    ) -> FutureRecord<'r, str, [u8]> {
+        let mut record = FutureRecord::to(&self.topic);
+        if let Some(headers) = headers {
+            record = record.headers(headers);
+        }
+        if let Some(payload) = payload {
+            record = record.payload(payload);
+        }
+        if let Some(key) = key {
+            record = record.key(key);
+        }
+        record
+    }
+
     /// Enqueues one record, waiting for room while the local queue is full, at most until
     /// `deadline`.
     async fn enqueue(
         &self,
         producer: &FutureProducer,
-        record: Record<'_>,
-        key: Option<&str>,
+        mut future_record: FutureRecord<'_, str, [u8]>,
         deadline: Instant,
     ) -> Result<DeliveryFuture, KafkaError> {
-        let mut future_record = FutureRecord::to(&self.topic).headers(record.headers);
-        if let Some(payload) = &record.payload {
-            future_record = future_record.payload(payload.as_ref());
-        }
-        if let Some(key) = key {
-            future_record = future_record.key(key);
-        }
         loop {
             match producer.send_result(future_record) {
                 Ok(delivery) => return Ok(delivery),
@@ -214,25 +277,15 @@ impl Sink for KafkaSink {
                 outcomes[index] = Some(retry("earlier_event_of_key_failed"));
                 continue;
             }
-            let Ok(record) = Record::of(&delivery.event) else {
-                telemetry::encode_failed("kafka", delivery.seq);
-                outcomes[index] = Some(Outcome::Rejected {
-                    reason: "encode".into(),
-                });
-                continue;
-            };
-            match self
-                .enqueue(&producer, record, key.as_deref(), deadline)
-                .await
-            {
-                Ok(delivery) => pending.push((index, delivery)),
-                Err(error) => {
-                    let outcome = classify(&error);
-                    if matches!(outcome, Outcome::Retry { .. }) {
-                        held_keys.insert(key);
-                    }
-                    outcomes[index] = Some(outcome);
+            let event = (index, delivery);
+            let known = self
+                .produce(&producer, event, key.as_deref(), deadline, &mut pending)
+                .await;
+            if let Some(outcome) = known {
+                if matches!(outcome, Outcome::Retry { .. }) {
+                    held_keys.insert(key);
                 }
+                outcomes[index] = Some(outcome);
             }
         }
         // Read on a task of its own, so that a failed delivery purges the queue as soon as
@@ -265,7 +318,7 @@ impl Sink for KafkaSink {
 }
 
 /// The outcomes of an attempt: those known at enqueue time, and the delivery reports of the
-/// rest. The first delivery that must be retried marks the sink `failed` and purges the
+/// rest (a delete with its tombstone has two, see [`combine`]). The first delivery that must be retried marks the sink `failed` and purges the
 /// producer's queue (see the module doc). When the producer turned fatal meanwhile, only what
 /// it confirmed counts as delivered; a later attempt replaces it (see `recreate_if_fatal`).
 async fn reports(
@@ -292,7 +345,7 @@ async fn reports(
     }))
     .await;
     for (index, outcome) in reports {
-        outcomes[index] = Some(outcome);
+        outcomes[index] = Some(combine(outcomes[index].take(), outcome));
     }
     let fatal = producer.client().fatal_error().is_some();
     let outcomes: Vec<Outcome> = outcomes
@@ -311,6 +364,18 @@ async fn reports(
         retire(producer);
     }
     outcomes
+}
+
+/// The outcome of an event from what is already known of it and one more of its records'
+/// outcome: `Delivered` only if every record was, else a failure, `Retry` before any other
+/// (a retry resends all of the event's records, so nothing is passed over).
+pub(crate) fn combine(known: Option<Outcome>, report: Outcome) -> Outcome {
+    match (known, report) {
+        (None | Some(Outcome::Delivered), report) => report,
+        (Some(known), Outcome::Delivered) => known,
+        (Some(known @ Outcome::Retry { .. }), _) => known,
+        (Some(_), report) => report,
+    }
 }
 
 /// Fails every record still queued in `producer` (not those already sent to a broker, which

@@ -18,6 +18,8 @@ use super::*;
 use crate::test_support::{event_id, sample, sample_data, INCARNATION, SOURCE};
 use crate::{Delivery, Outcome, Sink, SinkError};
 
+mod tombstones;
+
 type Cluster = MockCluster<'static, DefaultProducerContext>;
 
 fn cluster(topic: &str, partitions: i32) -> Cluster {
