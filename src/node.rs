@@ -13,10 +13,13 @@ use tokio_util::task::TaskTracker;
 use crate::api::{self, AdminState, AppState};
 use crate::audit::{SystemClock, Trail, TrailOptions};
 use crate::config::Config;
+use crate::config::RemoteStoreKind;
 use crate::lifecycle;
 use crate::store::Store;
 use crate::subjects::remote::refresh::{self, RefreshOptions, Refreshable};
+use crate::subjects::remote::RemoteSubject;
 use crate::subjects::routes;
+use crate::subjects::snapshot::{LocalSources, Reason, SnapshotKind, Snapshots};
 use crate::subjects::sources_remote::RemoteSources;
 
 /// How long a stopping node waits for the last readers of its store to let go.
@@ -131,12 +134,26 @@ async fn serve_on(
             .iter()
             .map(|s| Arc::new(s.remote().clone()) as Arc<dyn Refreshable>),
     );
+    let snapshots = Snapshots::new(
+        trail.clone(),
+        config.node.uri.clone(),
+        snapshot_kinds(&routes, sources.as_ref(), trail),
+        stop.clone(),
+    );
     let refreshing = refresh::start(
         trail,
         remote,
         RefreshOptions::new(config.settlement.interval),
+        Some(snapshots.clone()),
         stop.clone(),
     );
+    // A memory route store starts empty: consumers still hold the routes of the last run.
+    // An empty snapshot of routes tells them (a restore's snapshot covers routes already).
+    let memory_routes = config.routes.store == RemoteStoreKind::Memory;
+    if memory_routes && refreshing.is_none() && *trail.committed().borrow() > 0 {
+        let routes = Some(vec![routes::Route::KIND.to_owned()]);
+        snapshots.take_until_done(Reason::MemoryStore, routes, config.settlement.interval);
+    }
     let ready = Arc::new(AtomicBool::new(false));
     let work = TaskTracker::new();
     let state = AppState {
@@ -148,6 +165,7 @@ async fn serve_on(
         backup_dir: config.node.backup_dir.clone(),
         routes,
         sources,
+        snapshots: snapshots.clone(),
         work: work.clone(),
         backing_up: Arc::new(tokio::sync::Semaphore::new(1)),
     };
@@ -179,10 +197,24 @@ async fn serve_on(
     if let Some(refreshing) = refreshing {
         let _ = refreshing.await;
     }
+    snapshots.join().await;
     if writer_died {
         anyhow::bail!("the audit writer stopped while the node served (see the log above); every change since was refused");
     }
     Ok(())
+}
+
+/// What a snapshot covers: routes, and the sources wherever they live.
+fn snapshot_kinds(
+    routes: &routes::Routes,
+    sources: Option<&RemoteSources>,
+    trail: &Trail,
+) -> Vec<Arc<dyn SnapshotKind>> {
+    let sources: Arc<dyn SnapshotKind> = match sources {
+        Some(remote) => Arc::new(remote.remote().clone()),
+        None => Arc::new(LocalSources::new(trail.clone())),
+    };
+    vec![Arc::new(routes.remote().clone()), sources]
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -1,4 +1,4 @@
-//! `/admin/v1/lifecycle`: the publisher's state, and each sink's dead letters.
+//! `/admin/v1/lifecycle`: the publisher's state, each sink's dead letters, and snapshots.
 //!
 //! Reading needs `admin:read`. Redriving and dropping dead letters, and enabling a sink its
 //! destination disabled, change the node's operational state, so they need `admin:write`
@@ -7,6 +7,8 @@
 //! `audit_backlog` is never their answer).
 
 use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -14,12 +16,13 @@ use serde_json::{json, Value};
 use super::auth::{AdminRead, Authorized};
 use super::context::WriteContext;
 use super::error::ApiError;
-use super::extract::{ApiPath, ApiQuery};
+use super::extract::{ApiPath, ApiQuery, OptionalJson};
 use super::subject::page_limit;
 use super::AppState;
 use crate::audit::CommitError;
 use crate::lifecycle::dead_letters::{self, NoSuchLetter};
 use crate::lifecycle::{EnableRefused, Publisher};
+use crate::subjects::snapshot::SnapshotError;
 
 /// `?after=<seq>&limit=<n>`.
 #[derive(Debug, Deserialize)]
@@ -135,6 +138,48 @@ pub async fn enable(
         })
         .await?;
     Ok(Json(json!({"enabled": sink, "audit_seq": row})))
+}
+
+/// The body of a snapshot request.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewSnapshot {
+    /// The kinds to snapshot (`route`, `source`; default: every kind).
+    pub kinds: Option<Vec<String>>,
+}
+
+/// `POST /admin/v1/lifecycle/snapshot`: publish the present state of every route and source
+/// (or of `kinds`) as a snapshot. 202 with the snapshot, which runs on after the answer;
+/// 409 `snapshot_in_progress` while one runs. One audit row (`snapshot.request`); the
+/// snapshot's own rows are system rows, never refused.
+pub async fn snapshot(
+    WriteContext(ctx): WriteContext,
+    State(state): State<AppState>,
+    OptionalJson(body): OptionalJson<NewSnapshot>,
+) -> Result<Response, ApiError> {
+    let kinds = body.unwrap_or_default().kinds;
+    let started = state.snapshots.request(ctx, kinds).await;
+    let progress = started.map_err(|e| match e {
+        SnapshotError::InProgress => ApiError::Conflict {
+            code: "snapshot_in_progress",
+            message: "a snapshot is running; retry once it is done".into(),
+        },
+        SnapshotError::UnknownKind(kind) => ApiError::invalid(
+            "kinds",
+            format!("{kind:?} is not a kind of this node (route, source)"),
+        ),
+        SnapshotError::Commit(e) => ApiError::uncommitted(e, |()| ApiError::Internal),
+    })?;
+    Ok((StatusCode::ACCEPTED, Json(json!({"snapshot": progress}))).into_response())
+}
+
+/// `GET /admin/v1/lifecycle/snapshot`: the snapshot running (with its items so far) and the
+/// last one that ended.
+pub async fn snapshot_status(
+    _: Authorized<AdminRead>,
+    State(state): State<AppState>,
+) -> Json<Value> {
+    Json(json!(state.snapshots.status()))
 }
 
 fn unknown_sink(sink: &str) -> ApiError {

@@ -62,6 +62,8 @@ pub struct AppState {
     pub routes: crate::subjects::routes::Routes,
     /// The sources' Redis store when `[sources] store = "redis"` (`None`: they are local).
     pub sources: Option<crate::subjects::sources_remote::RemoteSources>,
+    /// Snapshots of the routes and sources.
+    pub snapshots: crate::subjects::snapshot::Snapshots,
     /// Work a request started that must end with its row even if its client goes away
     /// ([`AppState::finish`]); the node waits for it before it stops the writer.
     pub work: tokio_util::task::TaskTracker,

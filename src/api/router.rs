@@ -140,6 +140,8 @@ pub fn admin() -> (Router<AppState>, Vec<(Method, &'static str)>) {
         lifecycle::drop_letter,
     )
     .post("/admin/v1/lifecycle/sinks/{sink}/enable", lifecycle::enable)
+    .get("/admin/v1/lifecycle/snapshot", lifecycle::snapshot_status)
+    .post("/admin/v1/lifecycle/snapshot", lifecycle::snapshot)
     .post("/admin/v1/backups", backups::create);
     (table.router, table.routes)
 }

@@ -44,7 +44,7 @@ fn uuid_text(id: Uuid) -> String {
 }
 
 /// The event type of a row: `io.ankusa.<kind>.<past tense of the verb>`, or
-/// `io.ankusa.<kind>.refreshed` for a row flagged by reconcile.
+/// `io.ankusa.<kind>.refreshed` for a row flagged by reconcile (and a snapshot's items).
 pub fn event_type(row: &EventRow<'_>) -> String {
     let (kind, verb) = row.action.split_once('.').unwrap_or((&row.action, ""));
     let past = match verb {
@@ -53,6 +53,9 @@ pub fn event_type(row: &EventRow<'_>) -> String {
         "update" => "updated",
         "delete" => "deleted",
         "restore" => "restored",
+        "refresh" => "refreshed",
+        "start" => "started",
+        "finish" => "finished",
         other => other,
     };
     [PREFIX, kind, ".", past].concat()
@@ -179,6 +182,18 @@ mod tests {
         let mut r = row(1, "route.update");
         r.refresh = true;
         assert_eq!(event_type(&r), "io.ankusa.route.refreshed");
+        assert_eq!(
+            event_type(&row(1, "source.refresh")),
+            "io.ankusa.source.refreshed"
+        );
+        assert_eq!(
+            event_type(&row(1, "snapshot.start")),
+            "io.ankusa.snapshot.started"
+        );
+        assert_eq!(
+            event_type(&row(1, "snapshot.finish")),
+            "io.ankusa.snapshot.finished"
+        );
     }
 
     #[test]

@@ -128,6 +128,30 @@ pub(crate) fn apply<S: Subject>(
     Ok((change, outcome))
 }
 
+/// The snapshot item of subject `<tenant>/<id>` (a lifecycle kind) as this change sees it:
+/// `<kind>.refresh`, its present state and redacted entity, versioned by its own row (so
+/// above the snapshot's floor), in snapshot `snapshot`. `None` when it no longer exists.
+pub(crate) fn snapshot_item<S: Subject>(
+    tx: &Tx<'_>,
+    tenant: &str,
+    id: &str,
+    snapshot: &str,
+) -> Result<Option<Change>, CommitError<SubjectError>> {
+    let Some(subject) = load::<S>(tx, tenant, id)? else {
+        return Ok(None);
+    };
+    let kind = S::KIND;
+    let mut change = Change::new(format!("{}.refresh", kind.name()), kind.resource(id))
+        .tenant(tenant)
+        .states(None, Some(state(&subject)?))
+        .revision(subject.revision())
+        .entity(view(&subject)?.into_value())
+        .versioning(Versioning::Local)
+        .detail("reason", "snapshot");
+    change.snapshot = Some(snapshot.to_owned());
+    Ok(Some(change))
+}
+
 /// Commit `change` and fill in its row's seq; a no-op comes back as an [`SubjectChange`] without
 /// a seq.
 pub(crate) async fn commit_change<F>(trail: &Trail, ctx: Context, change: F) -> ChangeResult

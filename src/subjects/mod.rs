@@ -32,6 +32,7 @@ pub mod remote;
 pub mod replay;
 pub mod routes;
 pub mod secret;
+pub mod snapshot;
 pub mod sources;
 pub mod sources_remote;
 
@@ -42,7 +43,9 @@ use crate::audit::CommitError;
 use crate::store::Cf;
 use redact::Redacted;
 
-pub(crate) use change::{apply, commit_change, load, remove, require, unchanged, Effect};
+pub(crate) use change::{
+    apply, commit_change, load, remove, require, snapshot_item, unchanged, Effect,
+};
 
 /// A kind of local subject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

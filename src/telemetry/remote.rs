@@ -89,3 +89,18 @@ pub(super) fn touch_every_metric() {
     refresh_failed("route", &"unreachable", Duration::from_millis(1));
     change_held("route", "routes/r1");
 }
+
+/// A snapshot of `kinds` began (its start marker is next).
+pub(crate) fn snapshot_started(id: &str, kinds: &[&str]) {
+    tracing::info!(target: "ankusa::lifecycle", snapshot = id, kinds = ?kinds, "snapshot started");
+}
+
+/// A snapshot's finish marker is written, after `items` items.
+pub(crate) fn snapshot_finished(id: &str, items: u64) {
+    tracing::info!(target: "ankusa::lifecycle", snapshot = id, items, "snapshot finished");
+}
+
+/// A snapshot stopped before its finish marker; consumers prune nothing for it.
+pub(crate) fn snapshot_failed(reason: &str, error: &str) {
+    tracing::warn!(target: "ankusa::lifecycle", reason, error, "snapshot failed before its finished marker");
+}

@@ -15,6 +15,7 @@ pub mod memory;
 mod order;
 pub mod redis;
 pub mod refresh;
+mod snapshot;
 mod write;
 
 use std::sync::Arc;

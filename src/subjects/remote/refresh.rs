@@ -38,6 +38,7 @@ use tokio_util::sync::CancellationToken;
 use super::{resource, Gate, Remote, RemoteSubject};
 use crate::audit::{Known, Refresh, Stamp, Trail, TrailStates};
 use crate::store::StoreError;
+use crate::subjects::snapshot::{Reason, Snapshots};
 use crate::telemetry;
 
 /// How the refresh runs.
@@ -218,6 +219,7 @@ pub fn start(
     trail: &Trail,
     kinds: Vec<Arc<dyn Refreshable>>,
     options: RefreshOptions,
+    then: Option<Snapshots>,
     shutdown: CancellationToken,
 ) -> Option<tokio::task::JoinHandle<Option<Report>>> {
     let restored_from = trail.refresh_pending()?;
@@ -234,21 +236,37 @@ pub fn start(
             _ = trail.boot_settled() => {}
             _ = shutdown.cancelled() => return None,
         }
-        run(&trail, kinds, options, &shutdown).await
+        run(&trail, (kinds, then), options, &shutdown).await
     }))
 }
 
-/// Attempt until every kind is refreshed and the marker is gone, or until `shutdown`.
+/// Attempt until every kind is refreshed, `then` a snapshot of every kind is taken (a
+/// restore rolled this node's own sources back too, and consumers hold what the lost store
+/// published), and the marker is gone, or until `shutdown`.
 async fn run(
     trail: &Trail,
-    mut left: Vec<Arc<dyn Refreshable>>,
+    (mut left, then): (Vec<Arc<dyn Refreshable>>, Option<Snapshots>),
     options: RefreshOptions,
     shutdown: &CancellationToken,
 ) -> Option<Report> {
     let mut report = Report::default();
     loop {
+        let attempt = async {
+            attempt(trail, &mut left, &mut report, options.page).await?;
+            match &then {
+                Some(snapshots) => match snapshots.take(Reason::Restore, None).await {
+                    Ok(Some(_)) => Ok(()),
+                    Ok(None) => Err((
+                        "snapshot",
+                        StoreError::Unavailable("another snapshot is running".into()),
+                    )),
+                    Err(e) => Err(("snapshot", e)),
+                },
+                None => Ok(()),
+            }
+        };
         let attempt = tokio::select! {
-            attempt = attempt(trail, &mut left, &mut report, options.page) => attempt,
+            attempt = attempt => attempt,
             _ = shutdown.cancelled() => return None,
         };
         let failed = match attempt {

@@ -4,3 +4,4 @@
 mod kafka_broker;
 mod kafka_mock;
 pub(crate) mod publisher;
+mod snapshot;

@@ -50,7 +50,7 @@ impl Node {
         let settlement =
             trail.start_settlement(routes.remote().reconcilers(), settle, stop.clone());
         let kinds: Vec<Arc<dyn Refreshable>> = vec![Arc::new(routes.remote().clone())];
-        let refreshing = refresh::start(&trail, kinds, options, stop.clone());
+        let refreshing = refresh::start(&trail, kinds, options, None, stop.clone());
         Node {
             trail,
             routes,

@@ -1,0 +1,61 @@
+//! The snapshot of a kind kept in a remote store: every subject of every tenant, paged, each
+//! offered to the writer as a refresh row of the snapshot at the version the store listed it
+//! at. Listed outside the subject's lock: a change of the subject may land on either side of
+//! its item, and its version says which is newer.
+
+use futures::future::join_all;
+
+use super::refresh::offer;
+use super::{resource, Remote, RemoteSubject};
+use crate::audit::Stamp;
+use crate::store::StoreError;
+use crate::subjects::snapshot::SnapshotKind;
+
+#[async_trait::async_trait]
+impl<T: RemoteSubject> SnapshotKind for Remote<T> {
+    fn kind(&self) -> &'static str {
+        T::KIND
+    }
+
+    async fn floor(&self) -> Result<Stamp, StoreError> {
+        self.store.version().await
+    }
+
+    async fn items(
+        &self,
+        id: &str,
+        page: usize,
+        written: &(dyn Fn(u64) + Send + Sync),
+    ) -> Result<u64, StoreError> {
+        let store = self.store.version().await?.store;
+        let mut count = 0;
+        for tenant in self.store.tenants().await? {
+            let mut after: Option<String> = None;
+            loop {
+                let subjects = self.store.list(&tenant, after.as_deref(), page).await?;
+                let mut items = Vec::with_capacity(subjects.len());
+                for found in &subjects {
+                    let stamp = Stamp {
+                        version: found.version,
+                        store: store.clone(),
+                    };
+                    let name = resource::<T>(found.subject.id());
+                    let mut item = offer(&found.subject, stamp, name, None)?;
+                    item.snapshot = Some(id.to_owned());
+                    items.push(self.trail.refresh(item));
+                }
+                let mut n = 0;
+                for item in join_all(items).await {
+                    n += u64::from(item?.is_some());
+                }
+                written(n);
+                count += n;
+                if subjects.len() < page {
+                    break;
+                }
+                after = subjects.last().map(|s| s.subject.id().to_owned());
+            }
+        }
+        Ok(count)
+    }
+}

@@ -1,0 +1,297 @@
+//! Snapshots over real HTTP and a real file sink: an operator's snapshot publishes every
+//! route and source between its two markers, each at its version; a memory route store that
+//! starts again empty publishes an empty routes snapshot whose floor is above every route
+//! version the last run published, so a consumer following the rule ends with no routes.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::api::lifecycle::{create_source, read_until};
+use crate::support::eventually;
+use crate::support::node::*;
+use crate::support::publisher::{read_events, seq_of};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+const SNAPSHOT: &str = "/admin/v1/lifecycle/snapshot";
+
+/// A node that publishes to a file sink in its data dir.
+fn with_file_sink(v: &mut Value) {
+    let path = v["node"]["data_dir"].as_str().unwrap().to_owned() + "/events.jsonl";
+    v["lifecycle"]["sinks"] = json!(["file"]);
+    v["lifecycle"]["sink"]["file"]["path"] = json!(path);
+}
+
+fn events_path(node: &TestNode) -> PathBuf {
+    node.data_dir().join("events.jsonl")
+}
+
+async fn create_route(node: &TestNode, tenant: &str, id: &str) {
+    let body = json!({"id": id, "source": "s1", "destination": "https://example.test/x"});
+    let path = format!("/admin/v1/tenants/{tenant}/routes");
+    let r = node.call(Method::POST, &path, ADMIN, Some(body)).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+}
+
+/// The events of the file sink once `check` holds of them.
+async fn events_until(path: &Path, check: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let read = async || {
+        let events = read_events(path);
+        check(&events).then_some(events)
+    };
+    eventually("the expected events", Duration::from_secs(30), read).await
+}
+
+fn of_type<'a>(events: &'a [Value], ty: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["type"] == ty).collect()
+}
+
+fn version(e: &Value) -> u64 {
+    e["subjectversion"].as_str().unwrap().parse().unwrap()
+}
+
+/// The contract's rule, as a consumer applies it: per (store, key) the greatest version and
+/// its entity (`None`: deleted); a snapshot, once its finished event and all its items are
+/// in, deletes what it did not refresh at or below its floors.
+fn replica(events: &[Value]) -> BTreeMap<(String, String), (u64, Option<Value>)> {
+    let mut held: BTreeMap<(String, String), (u64, Option<Value>)> = BTreeMap::new();
+    for e in events {
+        let ty = e["type"].as_str().unwrap();
+        if e.get("subjectversion").is_none() {
+            continue;
+        }
+        let key = (
+            e["subjectstore"].as_str().unwrap().to_owned(),
+            e["partitionkey"].as_str().unwrap().to_owned(),
+        );
+        let v = version(e);
+        let entity = match ty.ends_with(".deleted") || e["data"]["entity"].is_null() {
+            true => None,
+            false => Some(e["data"]["entity"].clone()),
+        };
+        if held.get(&key).is_none_or(|(held, _)| v > *held) {
+            held.insert(key, (v, entity));
+        }
+    }
+    for finished in of_type(events, "io.ankusa.snapshot.finished") {
+        let id = finished["data"]["entity"]["id"].as_str().unwrap();
+        let items: Vec<&Value> = events.iter().filter(|e| e["snapshot"] == id).collect();
+        let refreshed: Vec<String> = items
+            .iter()
+            .filter(|e| e["type"].as_str().unwrap().ends_with(".refreshed"))
+            .map(|e| e["partitionkey"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(refreshed.len() as u64, finished["data"]["entity"]["count"]);
+        let started = of_type(events, "io.ankusa.snapshot.started")
+            .into_iter()
+            .find(|e| e["data"]["entity"]["id"] == id)
+            .expect("the started marker");
+        for s in started["data"]["entity"]["stores"].as_array().unwrap() {
+            let floor: u64 = s["floor"].as_str().unwrap().parse().unwrap();
+            let store = s["store"].as_str().unwrap();
+            let plural = format!("{}s", s["kind"].as_str().unwrap());
+            for ((st, key), (v, entity)) in held.iter_mut() {
+                let of_kind = key.split('/').nth(1) == Some(plural.as_str());
+                if st == store && of_kind && *v <= floor && !refreshed.contains(key) {
+                    (*v, *entity) = (floor, None);
+                }
+            }
+        }
+    }
+    held
+}
+
+/// What the replica holds, as `(partitionkey, entity)`.
+fn present(events: &[Value]) -> BTreeMap<String, Value> {
+    replica(events)
+        .into_iter()
+        .filter_map(|((_, key), (_, entity))| entity.map(|e| (key, e)))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_snapshot_publishes_every_subject_between_its_markers() {
+    let node = TestNode::start_with(with_file_sink).await;
+    for (tenant, id) in [("t1", "r1"), ("t1", "r2"), ("t2", "r3")] {
+        create_route(&node, tenant, id).await;
+    }
+    let gone = node
+        .call(
+            Method::DELETE,
+            "/admin/v1/tenants/t1/routes/r2",
+            ADMIN,
+            None,
+        )
+        .await;
+    assert_eq!(gone.status, StatusCode::NO_CONTENT, "{}", gone.text);
+    for id in ["s1", "s2"] {
+        create_source(&node, id).await;
+    }
+    let bad = node
+        .call(
+            Method::POST,
+            SNAPSHOT,
+            ADMIN,
+            Some(json!({"kinds": ["gadget"]})),
+        )
+        .await;
+    assert_error(&bad, 422, "invalid_input");
+    let reader = node.call(Method::POST, SNAPSHOT, READER, None).await;
+    assert_eq!(reader.status, StatusCode::FORBIDDEN);
+
+    let asked = node.call(Method::POST, SNAPSHOT, ADMIN, None).await;
+    assert_eq!(asked.status, StatusCode::ACCEPTED, "{}", asked.text);
+    let id = asked.json()["snapshot"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        asked.json()["snapshot"]["kinds"],
+        json!(["route", "source"])
+    );
+    assert_eq!(asked.json()["snapshot"]["reason"], "request");
+    let status = read_until(&node, SNAPSHOT, |s| s["last"]["state"] == "finished").await;
+    assert_eq!(status["last"]["id"], id.as_str());
+    assert_eq!(status["last"]["items"], 4);
+    assert_eq!(status["running"], Value::Null);
+
+    let path = events_path(&node);
+    let events = events_until(&path, |e| {
+        !of_type(e, "io.ankusa.snapshot.finished").is_empty()
+    })
+    .await;
+    let source = events[0]["source"].as_str().unwrap().to_owned();
+    let started = of_type(&events, "io.ankusa.snapshot.started");
+    let finished = of_type(&events, "io.ankusa.snapshot.finished");
+    assert_eq!((started.len(), finished.len()), (1, 1));
+    let (started, finished) = (started[0], finished[0]);
+    assert_eq!(started["partitionkey"], format!("snapshots/{id}"));
+    assert_eq!(started["snapshot"], id.as_str());
+    assert_eq!(finished["data"]["entity"], json!({"id": id, "count": 4}));
+    let stores = started["data"]["entity"]["stores"].as_array().unwrap();
+    let kinds: Vec<(&str, &str)> = stores
+        .iter()
+        .map(|s| (s["kind"].as_str().unwrap(), s["store"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [("route", source.as_str()), ("source", source.as_str())]
+    );
+    let floors: Vec<u64> = stores
+        .iter()
+        .map(|s| s["floor"].as_str().unwrap().parse().unwrap())
+        .collect();
+
+    let items: Vec<&Value> = events
+        .iter()
+        .filter(|e| {
+            e["snapshot"] == id.as_str()
+                && e["type"] != started["type"]
+                && e["type"] != finished["type"]
+        })
+        .collect();
+    let keys: Vec<(&str, &str)> = items
+        .iter()
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap(),
+                e["partitionkey"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            ("io.ankusa.route.refreshed", "t1/routes/r1"),
+            ("io.ankusa.route.refreshed", "t2/routes/r3"),
+            ("io.ankusa.source.refreshed", "t1/sources/s1"),
+            ("io.ankusa.source.refreshed", "t1/sources/s2"),
+        ]
+    );
+    for item in &items {
+        assert!(seq_of(started) < seq_of(item) && seq_of(item) < seq_of(finished));
+        let key = item["partitionkey"].as_str().unwrap();
+        let created = events
+            .iter()
+            .find(|e| e["partitionkey"] == key && e["type"].as_str().unwrap().ends_with(".created"))
+            .unwrap();
+        assert_eq!(item["data"]["entity"], created["data"]["entity"], "{key}");
+        if key.contains("/routes/") {
+            // A route's item is at the version its store keeps: its create's.
+            assert_eq!(version(item), version(created));
+            assert!(version(item) <= floors[0]);
+        } else {
+            // A local source's item is a row of its own, above the floor.
+            assert!(version(item) > floors[1] && version(created) <= floors[1]);
+        }
+    }
+    // A consumer that follows the rule holds exactly the node's subjects.
+    let held: Vec<String> = present(&events).into_keys().collect();
+    assert_eq!(
+        held,
+        [
+            "t1/routes/r1",
+            "t1/sources/s1",
+            "t1/sources/s2",
+            "t2/routes/r3"
+        ]
+    );
+    // One audit row for the request; the snapshot's own rows are the system's.
+    let rows = node.rows().await;
+    let request: Vec<&Value> = rows
+        .iter()
+        .filter(|r| r["action"] == "snapshot.request")
+        .collect();
+    assert_eq!(request.len(), 1);
+    assert_eq!(request[0]["actor"], "alice");
+    assert_eq!(request[0]["resource"], format!("snapshots/{id}"));
+    assert_eq!(request[0]["detail"], json!({"kinds": ["route", "source"]}));
+    let marker = rows
+        .iter()
+        .find(|r| r["action"] == "snapshot.start")
+        .unwrap();
+    assert_eq!(marker["actor"], "system");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_route_store_started_again_empties_every_replica() {
+    let node = TestNode::start_with(with_file_sink).await;
+    for id in ["r1", "r2"] {
+        create_route(&node, "t1", id).await;
+    }
+    let path = events_path(&node);
+    let before = events_until(&path, |e| e.len() >= 2).await;
+    assert_eq!(present(&before).len(), 2);
+    let last_version = before.iter().map(version).max().unwrap();
+    let dir = node.stop().await;
+
+    let node = TestNode::start_on(dir, with_file_sink).await;
+    let events = events_until(&path, |e| {
+        !of_type(e, "io.ankusa.snapshot.finished").is_empty()
+    })
+    .await;
+    let started = of_type(&events, "io.ankusa.snapshot.started");
+    let stores = &started[0]["data"]["entity"]["stores"];
+    assert_eq!(stores.as_array().unwrap().len(), 1, "routes only");
+    assert_eq!(stores[0]["kind"], "route");
+    let floor: u64 = stores[0]["floor"].as_str().unwrap().parse().unwrap();
+    assert!(floor >= last_version, "{floor} < {last_version}");
+    let finished = of_type(&events, "io.ankusa.snapshot.finished");
+    assert_eq!(finished[0]["data"]["entity"]["count"], 0);
+    assert_eq!(present(&events), BTreeMap::new(), "no route is left");
+    let status = node.call(Method::GET, SNAPSHOT, READER, None).await.json();
+    assert_eq!(status["last"]["reason"], "memory_store");
+    // A route created now is above the floor and stays.
+    create_route(&node, "t1", "r1").await;
+    let events = events_until(&path, |e| {
+        e.iter()
+            .filter(|e| e["type"] == "io.ankusa.route.created")
+            .count()
+            == 3
+    })
+    .await;
+    assert_eq!(
+        present(&events).into_keys().collect::<Vec<_>>(),
+        ["t1/routes/r1"]
+    );
+    node.stop().await;
+}
