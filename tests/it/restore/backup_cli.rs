@@ -449,8 +449,28 @@ async fn an_http_backup_is_recorded_and_its_restore_opens_a_new_incarnation() {
     assert_eq!(list[0], first[0]);
     assert_eq!(list[1]["from"], 3);
     assert_ne!(list[1]["id"], list[0]["id"]);
+    // The restore's snapshot runs after the refresh: wait for its finished marker.
+    let snapshot = crate::api::lifecycle::read_until(&node, "/admin/v1/lifecycle/snapshot", |s| {
+        s["last"]["state"] == "finished"
+    })
+    .await;
+    assert_eq!(snapshot["last"]["reason"], "restore");
     let rows = node.rows().await;
-    assert_eq!(rows.len(), 3, "the backup's two rows and the restore's");
+    let actions: Vec<&str> = rows.iter().map(|r| r["action"].as_str().unwrap()).collect();
+    assert_eq!(
+        actions,
+        [
+            "source.create",
+            "source.create",
+            "instance.restore",
+            "snapshot.start",
+            "source.refresh",
+            "source.refresh",
+            "snapshot.finish"
+        ],
+        "the backup's two rows, the restore's, and its snapshot's"
+    );
+    assert!(rows[3..].iter().all(|r| r["actor"] == "system"));
     let last = &rows[2];
     assert_eq!(
         (last["seq"].as_u64(), last["action"].as_str()),

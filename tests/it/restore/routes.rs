@@ -24,7 +24,7 @@ use ankusa::subjects::remote::memory::MemoryStore;
 use ankusa::subjects::remote::redis::RedisStore;
 use ankusa::subjects::remote::refresh::{self, Counts, RefreshOptions, Refreshable, Report};
 use ankusa::subjects::routes::{NewRoute, Route, RoutePatch, RouteStore, Routes};
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -608,7 +608,22 @@ async fn a_restored_node_refreshes_its_redis_routes_and_sources_then_takes_their
         "{}",
         source_changed.text
     );
+    // Then the restore's snapshot of every kind; the marker goes once it is finished.
+    let snapshot = crate::api::lifecycle::read_until(&node, "/admin/v1/lifecycle/snapshot", |s| {
+        s["last"]["state"] == "finished"
+    })
+    .await;
+    assert_eq!(snapshot["last"]["reason"], "restore");
+    assert_eq!(snapshot["last"]["kinds"], json!(["route", "source"]));
     let rows = node.rows().await;
+    let (items, rows): (Vec<Value>, Vec<Value>) =
+        rows.into_iter().partition(|r| r.get("snapshot").is_some());
+    let items: Vec<&str> = items
+        .iter()
+        .map(|r| r["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(items.first(), Some(&"snapshot.start"));
+    assert_eq!(items.last(), Some(&"snapshot.finish"));
     let refreshes: Vec<&Value> = rows
         .iter()
         .filter(|r| r["action"] == "route.refresh")
