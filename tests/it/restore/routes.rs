@@ -24,7 +24,7 @@ use ankusa::subjects::remote::memory::MemoryStore;
 use ankusa::subjects::remote::redis::RedisStore;
 use ankusa::subjects::remote::refresh::{self, Counts, RefreshOptions, Refreshable, Report};
 use ankusa::subjects::routes::{NewRoute, Route, RoutePatch, RouteStore, Routes};
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
