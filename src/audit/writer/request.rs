@@ -74,14 +74,19 @@ pub(crate) enum Request {
 }
 
 impl Request {
-    /// Whether preparing it reads the trail itself (pending rows, rows, the head), which
-    /// only the store holds: it waits for every group before it to be on disk.
+    /// Whether preparing it reads the trail itself (rows, the head beyond what the writer
+    /// keeps of unwritten groups), which only the store holds: it waits for every group
+    /// before it to be on disk. A dual write's begin and finish do not: they read and write
+    /// pending rows through the group's and the unwritten groups' overlays, as a commit reads
+    /// subjects, so they share group commits with commits and with each other.
     pub(super) fn reads_trail(&self) -> bool {
         match self {
-            Request::Commit { .. } | Request::Advance(_) | Request::Shutdown(_) => false,
-            Request::Sweep(_)
+            Request::Commit { .. }
+            | Request::Advance(_)
             | Request::Begin(_)
             | Request::Finish(_)
+            | Request::Shutdown(_) => false,
+            Request::Sweep(_)
             | Request::Settle(_)
             | Request::Refresh(_)
             | Request::RefreshDone(_) => true,
