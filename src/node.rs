@@ -140,17 +140,19 @@ async fn serve_on(
         snapshot_kinds(&routes, sources.as_ref(), trail),
         stop.clone(),
     );
+    // With lifecycle events off, a snapshot's rows would publish nothing.
+    let flagging = config.lifecycle.enabled;
     let refreshing = refresh::start(
         trail,
         remote,
         RefreshOptions::new(config.settlement.interval),
-        Some(snapshots.clone()),
+        flagging.then(|| snapshots.clone()),
         stop.clone(),
     );
     // A memory route store starts empty: consumers still hold the routes of the last run.
     // An empty snapshot of routes tells them (a restore's snapshot covers routes already).
     let memory_routes = config.routes.store == RemoteStoreKind::Memory;
-    if memory_routes && refreshing.is_none() && *trail.committed().borrow() > 0 {
+    if flagging && memory_routes && refreshing.is_none() && *trail.committed().borrow() > 0 {
         let routes = Some(vec![routes::Route::KIND.to_owned()]);
         snapshots.take_until_done(Reason::MemoryStore, routes, config.settlement.interval);
     }

@@ -41,8 +41,9 @@ pub(crate) enum Binding {
 }
 
 /// The headers a published event has in binary mode: the spec version, id, type, source,
-/// subject, time, content type and up to six extensions.
-pub(crate) const PUBLISHED_HEADERS: usize = 13;
+/// subject, time, content type and three extensions (route and source events carry up to three
+/// more: the capacity grows for those).
+pub(crate) const PUBLISHED_HEADERS: usize = 10;
 
 /// The attributes and extensions a published event has, with their header names in each
 /// binding: all but `datacontenttype`, which is `content-type` in both ([`known_headers`]

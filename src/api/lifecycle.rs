@@ -150,13 +150,19 @@ pub struct NewSnapshot {
 
 /// `POST /admin/v1/lifecycle/snapshot`: publish the present state of every route and source
 /// (or of `kinds`) as a snapshot. 202 with the snapshot, which runs on after the answer;
-/// 409 `snapshot_in_progress` while one runs. One audit row (`snapshot.request`); the
+/// 409 `snapshot_in_progress` while one runs (`conflict` with lifecycle events off). One audit row (`snapshot.request`); the
 /// snapshot's own rows are system rows, never refused.
 pub async fn snapshot(
     WriteContext(ctx): WriteContext,
     State(state): State<AppState>,
     OptionalJson(body): OptionalJson<NewSnapshot>,
 ) -> Result<Response, ApiError> {
+    if !state.flagging {
+        return Err(ApiError::Conflict {
+            code: "conflict",
+            message: "lifecycle events are off (lifecycle.enabled = false): a snapshot would publish nothing".into(),
+        });
+    }
     let kinds = body.unwrap_or_default().kinds;
     let started = state.snapshots.request(ctx, kinds).await;
     let progress = started.map_err(|e| match e {

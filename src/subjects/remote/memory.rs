@@ -6,7 +6,8 @@
 //! version + 1 and the wall clock in microseconds. So versions increase within a run, and a
 //! run that starts after a restart issues versions above every earlier run's (consumers keep
 //! those), without a counter on disk: only a clock set back across the restart could repeat
-//! one.
+//! one. (A burst of changes can run the counter ahead of the clock by a microsecond per
+//! change; a restart takes far longer than such a lead.)
 //!
 //! A `std::sync::Mutex`, not tokio's: every operation is a few map lookups and never awaits
 //! while holding it.
