@@ -9,7 +9,7 @@ use super::refresh::offer;
 use super::{resource, Remote, RemoteSubject};
 use crate::audit::Stamp;
 use crate::store::StoreError;
-use crate::subjects::snapshot::SnapshotKind;
+use crate::subjects::snapshot::{stopping, SnapshotKind, Written};
 
 #[async_trait::async_trait]
 impl<T: RemoteSubject> SnapshotKind for Remote<T> {
@@ -21,12 +21,7 @@ impl<T: RemoteSubject> SnapshotKind for Remote<T> {
         self.store.version().await
     }
 
-    async fn items(
-        &self,
-        id: &str,
-        page: usize,
-        written: &(dyn Fn(u64) + Send + Sync),
-    ) -> Result<u64, StoreError> {
+    async fn items(&self, id: &str, page: usize, written: &Written<'_>) -> Result<u64, StoreError> {
         let store = self.store.version().await?.store;
         let mut count = 0;
         for tenant in self.store.tenants().await? {
@@ -48,8 +43,10 @@ impl<T: RemoteSubject> SnapshotKind for Remote<T> {
                 for item in join_all(items).await {
                     n += u64::from(item?.is_some());
                 }
-                written(n);
                 count += n;
+                if !written(n) {
+                    return Err(stopping());
+                }
                 if subjects.len() < page {
                     break;
                 }

@@ -5,7 +5,7 @@
 
 use futures::future::join_all;
 
-use super::{unrecorded, SnapshotKind};
+use super::{stopping, unrecorded, SnapshotKind, Written};
 use crate::audit::{CommitError, Context, Stamp, Trail};
 use crate::store::{Cf, StoreError};
 use crate::subjects::sources::Source;
@@ -82,12 +82,7 @@ impl SnapshotKind for LocalSources {
         })
     }
 
-    async fn items(
-        &self,
-        id: &str,
-        page: usize,
-        written: &(dyn Fn(u64) + Send + Sync),
-    ) -> Result<u64, StoreError> {
+    async fn items(&self, id: &str, page: usize, written: &Written<'_>) -> Result<u64, StoreError> {
         let mut count = 0;
         let mut after = None;
         loop {
@@ -100,8 +95,10 @@ impl SnapshotKind for LocalSources {
             for item in join_all(items).await {
                 n += u64::from(item?);
             }
-            written(n);
             count += n;
+            if !written(n) {
+                return Err(stopping());
+            }
             after = Some(last);
         }
     }

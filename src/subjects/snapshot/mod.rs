@@ -37,6 +37,14 @@ pub use local::LocalSources;
 /// Items offered to the writer at once (one group commit serves a page).
 const PAGE: usize = 256;
 
+/// Told each page's count of items; answers whether to go on (no: the node is stopping).
+pub type Written<'a> = dyn Fn(u64) -> bool + Send + Sync + 'a;
+
+/// Why a kind's items stopped before their end.
+pub(crate) fn stopping() -> StoreError {
+    StoreError::Unavailable("the node is stopping".into())
+}
+
 /// One kind of subject a snapshot covers.
 #[async_trait::async_trait]
 pub trait SnapshotKind: Send + Sync {
@@ -44,14 +52,9 @@ pub trait SnapshotKind: Send + Sync {
     fn kind(&self) -> &'static str;
     /// Its store's version now, and the store's name (`None`: this node's own).
     async fn floor(&self) -> Result<Stamp, StoreError>;
-    /// Write one item of snapshot `id` per subject that exists, `page` at a time, calling
-    /// `written` with each page's count; the items written.
-    async fn items(
-        &self,
-        id: &str,
-        page: usize,
-        written: &(dyn Fn(u64) + Send + Sync),
-    ) -> Result<u64, StoreError>;
+    /// Write one item of snapshot `id` per subject that exists, `page` at a time, telling
+    /// `written` each page's count (it answers whether to go on); the items written.
+    async fn items(&self, id: &str, page: usize, written: &Written<'_>) -> Result<u64, StoreError>;
 }
 
 /// Why a snapshot was taken.
@@ -323,15 +326,13 @@ impl Snapshots {
         self.marker(id, "start", json!({"id": text, "stores": stores}))
             .await?;
         let mut count = 0;
-        for kind in kinds {
-            if self.inner.shutdown.is_cancelled() {
-                return Err(StoreError::Unavailable("the node is stopping".into()));
+        let written = |n: u64| {
+            if let Some(p) = self.inner.lock().running.as_mut() {
+                p.items += n;
             }
-            let written = |n: u64| {
-                if let Some(p) = self.inner.lock().running.as_mut() {
-                    p.items += n;
-                }
-            };
+            !self.inner.shutdown.is_cancelled()
+        };
+        for kind in kinds {
             count += kind.items(&text, PAGE, &written).await?;
         }
         self.marker(id, "finish", json!({"id": text, "count": count}))
