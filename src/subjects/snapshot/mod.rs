@@ -379,3 +379,6 @@ pub(crate) fn unrecorded<E>(e: CommitError<E>) -> StoreError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
