@@ -1,5 +1,8 @@
 //! Latency: commit to confirmed (the sink's persisted position covers the row) at a steady
-//! 1,000 changes/s, through the Kafka sink.
+//! 1,000 changes/s, through the Kafka sink, in three stages, so that a tail is told where it
+//! comes from: the commit itself (its synced batch), the sink's delivery report (the
+//! publisher's wake-up, the read, the producer's linger and the broker's ack), and the
+//! position's synced write that confirms it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,7 +14,35 @@ use tokio_util::sync::CancellationToken;
 use crate::backlog::{commit_one, trail};
 use crate::{in_flight, TOPIC};
 
-pub async fn latency(brokers: &str) -> (f64, f64, f64) {
+/// Percentiles of one stage, milliseconds from the commit's start.
+#[derive(Debug, Clone, Copy)]
+pub struct Stage {
+    pub p50: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+impl Stage {
+    fn of(mut ms: Vec<f64>) -> Stage {
+        ms.sort_by(|a, b| a.total_cmp(b));
+        let pct = |p: f64| ms[((ms.len() as f64 * p) as usize).min(ms.len() - 1)];
+        Stage {
+            p50: pct(0.50),
+            p99: pct(0.99),
+            max: *ms.last().unwrap(),
+        }
+    }
+}
+
+/// One run's stages: committed, delivered (the sink's report), confirmed (the position).
+#[derive(Debug, Clone, Copy)]
+pub struct Stages {
+    pub committed: Stage,
+    pub delivered: Stage,
+    pub confirmed: Stage,
+}
+
+pub async fn latency(brokers: &str) -> Stages {
     let dir = tempfile::tempdir().unwrap();
     let trail = trail(dir.path(), &["kafka"]);
     let sink = KafkaSink::new(KafkaConfig::new(brokers, TOPIC)).unwrap();
@@ -38,23 +69,43 @@ pub async fn latency(brokers: &str) -> (f64, f64, f64) {
     while publisher.statuses()[0].position < 1 {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    let (starts_tx, mut starts_rx) = tokio::sync::mpsc::unbounded_channel::<(u64, Instant)>();
+    let (starts_tx, mut starts_rx) =
+        tokio::sync::mpsc::unbounded_channel::<(u64, Instant, f64)>();
     let watcher = {
         let publisher = publisher.clone();
         tokio::spawn(async move {
-            let mut latencies = vec![];
-            let mut waiting: std::collections::VecDeque<(u64, Instant)> = Default::default();
+            let (mut committed, mut delivered, mut confirmed) = (vec![], vec![], vec![]);
+            // (seq, start, delivered at): confirmed follows delivered.
+            let mut waiting: std::collections::VecDeque<(u64, Instant, Option<f64>)> =
+                Default::default();
             loop {
-                while let Ok(s) = starts_rx.try_recv() {
-                    waiting.push_back(s);
+                while let Ok((seq, t, commit_ms)) = starts_rx.try_recv() {
+                    committed.push(commit_ms);
+                    waiting.push_back((seq, t, None));
                 }
-                let position = publisher.statuses()[0].position;
-                while waiting.front().is_some_and(|(seq, _)| *seq <= position) {
-                    let (_, t) = waiting.pop_front().unwrap();
-                    latencies.push(t.elapsed().as_secs_f64() * 1000.0);
+                waiting.make_contiguous().sort_by_key(|w| w.0);
+                let status = publisher.statuses()[0].clone();
+                // One sink, one event per row, every seq flagged: the count delivered (the
+                // warm-up's included) is the last seq delivered.
+                for w in waiting.iter_mut() {
+                    if w.2.is_none() && w.0 <= status.delivered {
+                        w.2 = Some(w.1.elapsed().as_secs_f64() * 1000.0);
+                    }
+                }
+                while waiting
+                    .front()
+                    .is_some_and(|(seq, _, d)| d.is_some() && *seq <= status.position)
+                {
+                    let (_, t, d) = waiting.pop_front().unwrap();
+                    delivered.push(d.unwrap());
+                    confirmed.push(t.elapsed().as_secs_f64() * 1000.0);
                 }
                 if starts_rx.is_closed() && waiting.is_empty() {
-                    return latencies;
+                    return Stages {
+                        committed: Stage::of(committed),
+                        delivered: Stage::of(delivered),
+                        confirmed: Stage::of(confirmed),
+                    };
                 }
                 tokio::time::sleep(Duration::from_micros(100)).await;
             }
@@ -68,15 +119,13 @@ pub async fn latency(brokers: &str) -> (f64, f64, f64) {
         tokio::spawn(async move {
             let started = Instant::now();
             let seq = commit_one(&trail, format!("l{i}")).await;
-            let _ = tx.send((seq, started));
+            let _ = tx.send((seq, started, started.elapsed().as_secs_f64() * 1000.0));
         });
     }
     drop(starts_tx);
-    let mut latencies = watcher.await.unwrap();
+    let stages = watcher.await.unwrap();
     stop.cancel();
     publisher.join().await;
     trail.shutdown().await;
-    latencies.sort_by(|a, b| a.total_cmp(b));
-    let pct = |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
-    (pct(0.50), pct(0.99), *latencies.last().unwrap())
+    stages
 }
