@@ -14,15 +14,16 @@
 //! Architecture invariant: this module knows nothing of the node's store, trail or
 //! subjects: it reads only what a consumer anywhere can read (events and the admin API).
 
+pub mod api;
 pub mod event;
 pub mod file;
-// pub mod kafka;
+pub mod kafka;
 pub mod metrics;
 pub mod progress;
 pub mod rule;
 pub mod signature;
 pub mod snapshot;
-// pub mod verify;
+pub mod verify;
 pub mod version;
 pub mod webhook;
 
