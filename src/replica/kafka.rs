@@ -50,6 +50,9 @@ pub struct KafkaOptions {
     pub batch_events: usize,
     /// ...or this long after the first event not yet written.
     pub batch_interval: Duration,
+    /// Stop (after writing the replica) once every partition is read to its high
+    /// watermark: catch up, then return (for `--verify`).
+    pub until_caught_up: bool,
 }
 
 /// The consumer's state between records.
@@ -80,9 +83,12 @@ pub async fn follow(
             _ = &mut shutdown => break,
             _ = tick.tick() => {
                 follower.flush().await?;
-                if lag_at.is_none_or(|at| at.elapsed() >= LAG_EVERY) {
+                let stop = follower.options.until_caught_up;
+                if stop || lag_at.is_none_or(|at| at.elapsed() >= LAG_EVERY) {
                     lag_at = Some(Instant::now());
-                    follower.lag().await;
+                    if follower.lag().await == Some(0) && stop {
+                        break;
+                    }
                 }
                 if metadata_at.elapsed() >= METADATA_EVERY {
                     metadata_at = Instant::now();
@@ -228,8 +234,9 @@ impl Follower {
     }
 
     /// Set `behind_events`: the high watermarks minus the next offsets, summed over the
-    /// partitions (a request per partition, off the runtime).
-    async fn lag(&mut self) {
+    /// partitions (a request per partition, off the runtime); `None` when a broker did not
+    /// answer.
+    async fn lag(&mut self) -> Option<i64> {
         let topic = self.options.topic.clone();
         let next = self.progress().next.clone();
         let (consumer, partitions) = (self.consumer.clone(), self.partitions.clone());
@@ -244,9 +251,9 @@ impl Follower {
             Some(behind)
         })
         .await;
-        if let Ok(Some(behind)) = behind {
-            self.metrics.behind_events.set(behind);
-        }
+        let behind = behind.ok().flatten()?;
+        self.metrics.behind_events.set(behind);
+        Some(behind)
     }
 }
 
