@@ -23,15 +23,20 @@ use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
+use tokio::sync::watch;
+use tokio::time::MissedTickBehavior;
+
 use super::file::{self, KafkaProgress, ReplicaFile};
+use super::lag::{self, Lag};
 use super::metrics::Metrics;
 use super::FollowError;
 
 /// How often the partitions of the topic are looked up again (a topic may grow).
 const METADATA_EVERY: Duration = Duration::from_secs(60);
-/// How often the lag (high watermarks) is looked up, and how long that may take.
+/// How often the high watermarks are looked up: often when catching up to stop, else for
+/// the lag gauge only.
 const LAG_EVERY: Duration = Duration::from_secs(5);
-const LAG_TIMEOUT: Duration = Duration::from_secs(2);
+const LAG_CATCHING_UP: Duration = Duration::from_millis(200);
 /// How long a metadata request may take.
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -63,8 +68,10 @@ struct Follower {
     metrics: Arc<Metrics>,
     /// Events read since the last write.
     pending: usize,
-    /// The partitions assigned.
-    partitions: Vec<i32>,
+    /// When the last record came.
+    received_at: Instant,
+    /// The partitions assigned (the lag task reads them).
+    assigned: watch::Sender<Vec<i32>>,
 }
 
 /// Follow `options.topic` into `options.out` until `shutdown`, then write the replica.
@@ -74,21 +81,25 @@ pub async fn follow(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), FollowError> {
     let mut follower = Follower::start(options, metrics).await?;
+    let every = if follower.options.until_caught_up { LAG_CATCHING_UP } else { LAG_EVERY };
+    let lag = Lag::start(
+        follower.consumer.clone(),
+        follower.options.topic.clone(),
+        follower.assigned.subscribe(),
+        every,
+    );
     tokio::pin!(shutdown);
     let consumer = follower.consumer.clone();
     let mut tick = tokio::time::interval(follower.options.batch_interval);
-    let (mut metadata_at, mut lag_at) = (Instant::now(), None::<Instant>);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut metadata_at = Instant::now();
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
             _ = tick.tick() => {
                 follower.flush().await?;
-                let stop = follower.options.until_caught_up;
-                if stop || lag_at.is_none_or(|at| at.elapsed() >= LAG_EVERY) {
-                    lag_at = Some(Instant::now());
-                    if follower.lag().await == Some(0) && stop {
-                        break;
-                    }
+                if follower.caught_up(&lag) {
+                    break;
                 }
                 if metadata_at.elapsed() >= METADATA_EVERY {
                     metadata_at = Instant::now();
@@ -137,7 +148,8 @@ impl Follower {
             file,
             metrics,
             pending: 0,
-            partitions: Vec::new(),
+            received_at: Instant::now(),
+            assigned: watch::Sender::new(Vec::new()),
         };
         follower.grow().await?;
         Ok(follower)
@@ -147,7 +159,7 @@ impl Follower {
     /// the next offset (the file's, or what was read since) or at the beginning.
     async fn grow(&mut self) -> Result<(), FollowError> {
         let partitions = partitions(self.consumer.clone(), &self.options.topic).await?;
-        if partitions.iter().all(|p| self.partitions.contains(p)) {
+        if partitions.iter().all(|p| self.assigned.borrow().contains(p)) {
             return Ok(());
         }
         let topic = self.options.topic.clone();
@@ -162,7 +174,7 @@ impl Follower {
             .assign(&list)
             .map_err(|e| FollowError::Kafka(e.to_string()))?;
         tracing::info!(%topic, partitions = partitions.len(), "following every partition");
-        self.partitions = partitions;
+        self.assigned.send_replace(partitions);
         Ok(())
     }
 
@@ -178,7 +190,11 @@ impl Follower {
     fn read(&mut self, message: &BorrowedMessage<'_>) {
         let (partition, offset) = (message.partition(), message.offset());
         self.pending += 1;
-        self.progress().next.insert(partition, offset + 1);
+        self.received_at = Instant::now();
+        // The position only moves forward: a record below it (a broker that fetched it
+        // again; tansu does) goes through the rule like any other, stale as it is.
+        let next = self.progress().next.entry(partition).or_insert(0);
+        *next = (*next).max(offset + 1);
         if message.payload().is_none() {
             self.metrics.skipped("tombstone");
             return;
@@ -218,6 +234,20 @@ impl Follower {
         Ok(())
     }
 
+    /// Set `behind_events` from the latest watermarks; whether the follower is to stop
+    /// because it was asked to once caught up and it is: at every high watermark, everything
+    /// read written, and no record for a batch interval (a broker's watermark may lag its
+    /// fetches; tansu's gives the last batch's first offset).
+    fn caught_up(&mut self, lag: &Lag) -> bool {
+        let Some(watermarks) = lag.watermarks.borrow().clone() else {
+            return false;
+        };
+        let behind = lag::behind(&watermarks, &self.progress().next);
+        self.metrics.behind_events.set(behind);
+        let idle = self.received_at.elapsed() >= self.options.batch_interval.max(LAG_CATCHING_UP);
+        self.options.until_caught_up && behind == 0 && self.pending == 0 && idle
+    }
+
     /// Commit the file's offsets to the group, for tooling; a failure is only logged (the
     /// file is what a restart reads).
     fn commit(&mut self) {
@@ -231,29 +261,6 @@ impl Follower {
         if let Err(e) = self.consumer.commit(&list, CommitMode::Async) {
             tracing::warn!(error = %e, "committing offsets to the consumer group failed");
         }
-    }
-
-    /// Set `behind_events`: the high watermarks minus the next offsets, summed over the
-    /// partitions (a request per partition, off the runtime); `None` when a broker did not
-    /// answer.
-    async fn lag(&mut self) -> Option<i64> {
-        let topic = self.options.topic.clone();
-        let next = self.progress().next.clone();
-        let (consumer, partitions) = (self.consumer.clone(), self.partitions.clone());
-        let behind = tokio::task::spawn_blocking(move || {
-            let mut behind = 0;
-            for p in partitions {
-                let Ok((low, high)) = consumer.fetch_watermarks(&topic, p, LAG_TIMEOUT) else {
-                    return None;
-                };
-                behind += (high - next.get(&p).copied().unwrap_or(low).max(low)).max(0);
-            }
-            Some(behind)
-        })
-        .await;
-        let behind = behind.ok().flatten()?;
-        self.metrics.behind_events.set(behind);
-        Some(behind)
     }
 }
 

@@ -18,8 +18,8 @@ use super::rule::{Effect, Outcome, Replica};
 /// A follower's counters and gauges.
 pub struct Metrics {
     registry: Registry,
-    /// Events read, by outcome (`applied`, `stale`, `marker`, `ignored`, `invalid`, and
-    /// `tombstone` for Kafka's null-valued records).
+    /// Events read, by outcome (`applied`, `stale`, `marker`, `ignored`, `invalid`, and for
+    /// Kafka `tombstone`: a null-valued record).
     pub events: IntCounterVec,
     /// Snapshots completed.
     pub snapshots: IntCounter,
@@ -106,8 +106,8 @@ impl Metrics {
         }
     }
 
-    /// Count an event that could not be read or breaks the contract (`invalid`), or a Kafka
-    /// tombstone (`tombstone`).
+    /// Count a record or request not applied: `invalid` (not an event of the contract) or
+    /// `tombstone` (Kafka).
     pub fn skipped(&self, outcome: &'static str) {
         self.events.with_label_values(&[outcome]).inc();
     }

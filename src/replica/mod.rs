@@ -18,6 +18,7 @@ pub mod api;
 pub mod event;
 pub mod file;
 pub mod kafka;
+pub mod lag;
 pub mod metrics;
 pub mod progress;
 pub mod rule;
