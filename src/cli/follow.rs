@@ -104,8 +104,13 @@ pub struct WebhookArgs {
     pub listen: String,
     /// A whsec_<base64> secret of the sink (repeatable, or comma-separated in the
     /// environment variable, while keys rotate).
-    #[arg(long = "secret", env = "ANKUSA_FOLLOW_SECRET", hide_env_values = true,
-          value_delimiter = ',', required = true)]
+    #[arg(
+        long = "secret",
+        env = "ANKUSA_FOLLOW_SECRET",
+        hide_env_values = true,
+        value_delimiter = ',',
+        required = true
+    )]
     pub secrets: Vec<Hidden>,
     /// The replica file (created if missing).
     #[arg(long)]
@@ -132,7 +137,9 @@ pub struct VerifyArgs {
 /// Run `ankusa follow <command>` until it is done or SIGINT/SIGTERM, writing results to
 /// `out`.
 pub fn run(command: FollowCommand, out: &mut dyn Write) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(async {
         match command {
             FollowCommand::Kafka(args) => follow_kafka(args, out).await,
@@ -214,21 +221,40 @@ fn stop_reporting(tasks: Vec<tokio::task::JoinHandle<()>>) {
 }
 
 fn api_options(url: String, api: ApiArgs) -> anyhow::Result<VerifyOptions> {
-    let token = api.token.context("--token (or ANKUSA_FOLLOW_TOKEN) is needed to read the API")?;
-    Ok(VerifyOptions { url, token: token.0, tenants: api.tenants, stores: api.stores })
+    let token = api
+        .token
+        .context("--token (or ANKUSA_FOLLOW_TOKEN) is needed to read the API")?;
+    Ok(VerifyOptions {
+        url,
+        token: token.0,
+        tenants: api.tenants,
+        stores: api.stores,
+    })
 }
 
 /// Compare the replica file at `path` with the API; an error when they differ.
-async fn compare(path: &std::path::Path, api: &VerifyOptions, out: &mut dyn Write) -> anyhow::Result<()> {
+async fn compare(
+    path: &std::path::Path,
+    api: &VerifyOptions,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
     let replica = file::load(path)?
         .with_context(|| format!("no replica file at {}", path.display()))?
         .replica;
     let differences = verify::verify(&replica, api).await?;
     out.write_all(verify::report(&differences).as_bytes())?;
     if !differences.is_empty() {
-        anyhow::bail!("the replica differs from {} in {} subjects", api.url, differences.len());
+        anyhow::bail!(
+            "the replica differs from {} in {} subjects",
+            api.url,
+            differences.len()
+        );
     }
     let (present, _) = replica.counts();
-    writeln!(out, "the replica equals {}: {present} subjects held", api.url)?;
+    writeln!(
+        out,
+        "the replica equals {}: {present} subjects held",
+        api.url
+    )?;
     Ok(())
 }

@@ -41,8 +41,15 @@ impl Client {
         let http = reqwest::Client::builder()
             .timeout(TIMEOUT)
             .build()
-            .map_err(|e| VerifyError::Request { path: url.to_owned(), detail: e.to_string() })?;
-        Ok(Client { http, base, token: token.to_owned() })
+            .map_err(|e| VerifyError::Request {
+                path: url.to_owned(),
+                detail: e.to_string(),
+            })?;
+        Ok(Client {
+            http,
+            base,
+            token: token.to_owned(),
+        })
     }
 
     /// Every item of `GET /admin/v1/tenants/{tenant}/{plural}`, in id order.
@@ -59,7 +66,12 @@ impl Client {
         }
     }
 
-    async fn page(&self, tenant: &str, plural: &str, after: Option<&str>) -> Result<Page, VerifyError> {
+    async fn page(
+        &self,
+        tenant: &str,
+        plural: &str,
+        after: Option<&str>,
+    ) -> Result<Page, VerifyError> {
         let mut url = self.base.clone();
         url.path_segments_mut()
             .map_err(|()| VerifyError::Url(self.base.to_string()))?
@@ -70,7 +82,10 @@ impl Client {
             url.query_pairs_mut().append_pair("after", after);
         }
         let path = url.path().to_owned();
-        let err = |detail: String| VerifyError::Request { path: path.clone(), detail };
+        let err = |detail: String| VerifyError::Request {
+            path: path.clone(),
+            detail,
+        };
         let response = self
             .http
             .get(url.clone())

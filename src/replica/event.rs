@@ -15,7 +15,9 @@ use super::version::Version;
 const PREFIX: &str = "io.ankusa.";
 
 /// The kind of subject a replica keeps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
     /// A route (`io.ankusa.route.*`).
@@ -95,7 +97,10 @@ pub fn read(event: &Event) -> Result<Meaning, EventError> {
         ty: event.ty().to_owned(),
         detail,
     };
-    let Some((kind, verb)) = event.ty().strip_prefix(PREFIX).and_then(|t| t.split_once('.'))
+    let Some((kind, verb)) = event
+        .ty()
+        .strip_prefix(PREFIX)
+        .and_then(|t| t.split_once('.'))
     else {
         return Ok(Meaning::Ignored);
     };
@@ -126,7 +131,12 @@ fn change(event: &Event, kind: Kind, verb: &str) -> Result<Change, String> {
     let entity = match (verb, entity) {
         ("deleted", _) | ("refreshed", Value::Null) => None,
         (_, entity @ Value::Object(_)) => Some(entity),
-        (_, other) => return Err(format!("data.entity is {}, not an object", json_kind(&other))),
+        (_, other) => {
+            return Err(format!(
+                "data.entity is {}, not an object",
+                json_kind(&other)
+            ))
+        }
     };
     let snapshot = optional_extension(event, "snapshot");
     if snapshot.is_some() && verb != "refreshed" {
@@ -161,8 +171,9 @@ fn optional_extension(event: &Event, name: &str) -> Option<String> {
 fn entity(event: &Event) -> Result<Value, String> {
     let data: Value = match event.data() {
         Some(Data::Json(value)) => value.clone(),
-        Some(Data::Binary(bytes)) => serde_json::from_slice(bytes)
-            .map_err(|e| format!("data is not JSON: {e}"))?,
+        Some(Data::Binary(bytes)) => {
+            serde_json::from_slice(bytes).map_err(|e| format!("data is not JSON: {e}"))?
+        }
         Some(Data::String(text)) => {
             serde_json::from_str(text).map_err(|e| format!("data is not JSON: {e}"))?
         }
@@ -208,8 +219,16 @@ mod tests {
     const V7: &str = "00000000000000000007";
 
     fn route(ty: &str, entity: Value) -> Event {
-        let ext = [("subjectversion", V7), ("subjectstore", "redis:a"), ("partitionkey", "t/routes/r1")];
-        event(ty, json!({"action": "route.x", "entity": entity, "revision": 1}), &ext)
+        let ext = [
+            ("subjectversion", V7),
+            ("subjectstore", "redis:a"),
+            ("partitionkey", "t/routes/r1"),
+        ];
+        event(
+            ty,
+            json!({"action": "route.x", "entity": entity, "revision": 1}),
+            &ext,
+        )
     }
 
     #[test]
@@ -225,14 +244,30 @@ mod tests {
         };
         assert_eq!(m, Meaning::Change(expected.clone()));
         let deleted = read(&route("io.ankusa.route.deleted", json!({"id": "r1"}))).unwrap();
-        assert_eq!(deleted, Meaning::Change(Change { entity: None, ..expected.clone() }));
+        assert_eq!(
+            deleted,
+            Meaning::Change(Change {
+                entity: None,
+                ..expected.clone()
+            })
+        );
         let gone = read(&route("io.ankusa.route.refreshed", Value::Null)).unwrap();
-        assert_eq!(gone, Meaning::Change(Change { entity: None, ..expected }));
+        assert_eq!(
+            gone,
+            Meaning::Change(Change {
+                entity: None,
+                ..expected
+            })
+        );
     }
 
     #[test]
     fn other_types_are_ignored() {
-        for ty in ["io.ankusa.instance.restored", "io.ankusa.override.updated", "com.other.x"] {
+        for ty in [
+            "io.ankusa.instance.restored",
+            "io.ankusa.override.updated",
+            "com.other.x",
+        ] {
             assert_eq!(read(&event(ty, json!({}), &[])).unwrap(), Meaning::Ignored);
         }
     }
@@ -242,8 +277,17 @@ mod tests {
         let no_version = event("io.ankusa.route.created", json!({"entity": {}}), &[]);
         let e = read(&no_version).unwrap_err();
         assert!(e.to_string().contains("no subjectversion extension"), "{e}");
-        let bad = [("subjectversion", "7"), ("subjectstore", "s"), ("partitionkey", "k")];
-        let e = read(&event("io.ankusa.route.created", json!({"entity": {}}), &bad)).unwrap_err();
+        let bad = [
+            ("subjectversion", "7"),
+            ("subjectstore", "s"),
+            ("partitionkey", "k"),
+        ];
+        let e = read(&event(
+            "io.ankusa.route.created",
+            json!({"entity": {}}),
+            &bad,
+        ))
+        .unwrap_err();
         assert!(e.detail.contains("20-digit"), "{e}");
         let e = read(&route("io.ankusa.route.created", json!("x"))).unwrap_err();
         assert_eq!(e.detail, "data.entity is a string, not an object");

@@ -135,7 +135,10 @@ pub struct Staged {
 /// Write `bytes` to a temporary file beside `path` and fsync it.
 pub fn stage(path: &Path, bytes: &[u8]) -> Result<Staged, FileError> {
     let name = path.file_name().ok_or_else(|| {
-        io(path, std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"))
+        io(
+            path,
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"),
+        )
     })?;
     let mut temp = tempfile::Builder::new()
         .prefix(&format!(".{}.", name.to_string_lossy()))

@@ -64,8 +64,14 @@ fn a_crash_before_the_rename_leaves_the_old_file() {
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(names.len(), 2, "the file and the crash's leftover only: {names:?}");
-    assert!(names.iter().any(|n| n.starts_with(".replica.json.") && n.ends_with(".tmp")));
+    assert_eq!(
+        names.len(),
+        2,
+        "the file and the crash's leftover only: {names:?}"
+    );
+    assert!(names
+        .iter()
+        .any(|n| n.starts_with(".replica.json.") && n.ends_with(".tmp")));
 }
 
 #[test]
@@ -75,8 +81,14 @@ fn a_damaged_file_is_an_error_never_a_reset() {
     let good = String::from_utf8(encode(&sample())).unwrap();
     let cases = [
         (good[..good.len() / 2].to_owned(), "EOF while parsing"),
-        (good.replace("\"format\":1", "\"format\":2"), "format 2, this build reads 1"),
-        (good.replace("00000000000000000003", "3"), "replica.subjects.redis:a.t/routes/r1.version"),
+        (
+            good.replace("\"format\":1", "\"format\":2"),
+            "format 2, this build reads 1",
+        ),
+        (
+            good.replace("00000000000000000003", "3"),
+            "replica.subjects.redis:a.t/routes/r1.version",
+        ),
         (good.replace("\"next\"", "\"nxt\""), "unknown field `nxt`"),
         (format!("{good}{{}}"), "trailing characters"),
         (String::new(), "EOF"),

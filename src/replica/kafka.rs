@@ -81,7 +81,11 @@ pub async fn follow(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), FollowError> {
     let mut follower = Follower::start(options, metrics).await?;
-    let every = if follower.options.until_caught_up { LAG_CATCHING_UP } else { LAG_EVERY };
+    let every = if follower.options.until_caught_up {
+        LAG_CATCHING_UP
+    } else {
+        LAG_EVERY
+    };
     let lag = Lag::start(
         follower.consumer.clone(),
         follower.options.topic.clone(),
@@ -159,14 +163,19 @@ impl Follower {
     /// the next offset (the file's, or what was read since) or at the beginning.
     async fn grow(&mut self) -> Result<(), FollowError> {
         let partitions = partitions(self.consumer.clone(), &self.options.topic).await?;
-        if partitions.iter().all(|p| self.assigned.borrow().contains(p)) {
+        if partitions
+            .iter()
+            .all(|p| self.assigned.borrow().contains(p))
+        {
             return Ok(());
         }
         let topic = self.options.topic.clone();
         let next = &self.progress().next;
         let mut list = TopicPartitionList::new();
         for &p in &partitions {
-            let offset = next.get(&p).map_or(Offset::Beginning, |&o| Offset::Offset(o));
+            let offset = next
+                .get(&p)
+                .map_or(Offset::Beginning, |&o| Offset::Offset(o));
             list.add_partition_offset(&topic, p, offset)
                 .map_err(|e| FollowError::Kafka(e.to_string()))?;
         }
@@ -180,10 +189,13 @@ impl Follower {
 
     fn progress(&mut self) -> &mut KafkaProgress {
         let topic = &self.options.topic;
-        self.file.progress.kafka.get_or_insert_with(|| KafkaProgress {
-            topic: topic.clone(),
-            next: BTreeMap::new(),
-        })
+        self.file
+            .progress
+            .kafka
+            .get_or_insert_with(|| KafkaProgress {
+                topic: topic.clone(),
+                next: BTreeMap::new(),
+            })
     }
 
     /// Apply one record and move its partition's next offset past it.
@@ -203,7 +215,11 @@ impl Follower {
             .to_event()
             .map_err(|e| e.to_string())
             .and_then(|event| {
-                let effect = self.file.replica.apply_event(&event).map_err(|e| e.to_string())?;
+                let effect = self
+                    .file
+                    .replica
+                    .apply_event(&event)
+                    .map_err(|e| e.to_string())?;
                 Ok((effect, super::event_time_ms(&event)))
             });
         match applied {
@@ -228,7 +244,8 @@ impl Follower {
             .await
             .map_err(|e| FollowError::Kafka(format!("replica file write task: {e}")))??;
         let counts = self.file.replica.counts();
-        self.metrics.written(len, started.elapsed().as_secs_f64(), counts);
+        self.metrics
+            .written(len, started.elapsed().as_secs_f64(), counts);
         self.pending = 0;
         self.commit();
         Ok(())
@@ -254,7 +271,10 @@ impl Follower {
         let topic = self.options.topic.clone();
         let mut list = TopicPartitionList::new();
         for (&p, &next) in &self.progress().next {
-            if list.add_partition_offset(&topic, p, Offset::Offset(next)).is_err() {
+            if list
+                .add_partition_offset(&topic, p, Offset::Offset(next))
+                .is_err()
+            {
                 return;
             }
         }
@@ -267,12 +287,11 @@ impl Follower {
 /// The partitions of `topic`, from the brokers' metadata (off the runtime: it blocks).
 async fn partitions(consumer: Arc<StreamConsumer>, topic: &str) -> Result<Vec<i32>, FollowError> {
     let name = topic.to_owned();
-    let metadata = tokio::task::spawn_blocking(move || {
-        consumer.fetch_metadata(Some(&name), METADATA_TIMEOUT)
-    })
-    .await
-    .map_err(|e| FollowError::Kafka(format!("metadata task: {e}")))?
-    .map_err(|e| FollowError::Kafka(format!("metadata of topic {topic}: {e}")))?;
+    let metadata =
+        tokio::task::spawn_blocking(move || consumer.fetch_metadata(Some(&name), METADATA_TIMEOUT))
+            .await
+            .map_err(|e| FollowError::Kafka(format!("metadata task: {e}")))?
+            .map_err(|e| FollowError::Kafka(format!("metadata of topic {topic}: {e}")))?;
     let found = metadata.topics().iter().find(|t| t.name() == topic);
     let partitions: Vec<i32> = found
         .map(|t| t.partitions().iter().map(|p| p.id()).collect())
@@ -281,7 +300,9 @@ async fn partitions(consumer: Arc<StreamConsumer>, topic: &str) -> Result<Vec<i3
         return Err(FollowError::Kafka(format!("topic {topic}: {error:?}")));
     }
     if partitions.is_empty() {
-        return Err(FollowError::Kafka(format!("topic {topic} has no partitions (does it exist?)")));
+        return Err(FollowError::Kafka(format!(
+            "topic {topic} has no partitions (does it exist?)"
+        )));
     }
     Ok(partitions)
 }

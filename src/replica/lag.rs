@@ -62,7 +62,12 @@ impl Lag {
 fn fetch(consumer: &StreamConsumer, topic: &str, partitions: &[i32]) -> Option<Watermarks> {
     partitions
         .iter()
-        .map(|&p| consumer.fetch_watermarks(topic, p, TIMEOUT).ok().map(|w| (p, w)))
+        .map(|&p| {
+            consumer
+                .fetch_watermarks(topic, p, TIMEOUT)
+                .ok()
+                .map(|w| (p, w))
+        })
         .collect()
 }
 
@@ -83,8 +88,16 @@ mod tests {
     fn behind_sums_what_each_partition_has_left() {
         let watermarks: Watermarks = [(0, (0, 10)), (1, (0, 5)), (2, (4, 4))].into();
         let next: BTreeMap<i32, i64> = [(0, 7), (1, 5)].into();
-        assert_eq!(behind(&watermarks, &next), 3, "partition 2: all of it retention-deleted");
+        assert_eq!(
+            behind(&watermarks, &next),
+            3,
+            "partition 2: all of it retention-deleted"
+        );
         assert_eq!(behind(&watermarks, &BTreeMap::new()), 15);
-        assert_eq!(behind(&[(0, (6, 9))].into(), &[(0, 2)].into()), 3, "below the low mark");
+        assert_eq!(
+            behind(&[(0, (6, 9))].into(), &[(0, 2)].into()),
+            3,
+            "below the low mark"
+        );
     }
 }

@@ -44,8 +44,8 @@ pub struct Metrics {
 impl Metrics {
     /// A new set of metrics in its own registry.
     pub fn new() -> Arc<Metrics> {
-        let registry = Registry::new_custom(Some("ankusa_follow".into()), None)
-            .expect("a valid prefix");
+        let registry =
+            Registry::new_custom(Some("ankusa_follow".into()), None).expect("a valid prefix");
         let r = |c: Box<dyn Collector>| registry.register(c).expect("names are unique");
         let events = IntCounterVec::new(
             Opts::new("events_total", "Events read, by outcome."),
@@ -54,15 +54,22 @@ impl Metrics {
         .expect("valid");
         r(Box::new(events.clone()));
         let snapshots = counter(&r, "snapshots_completed_total", "Snapshots completed.");
-        let pruned = counter(&r, "subjects_pruned_total", "Subjects deleted by snapshots.");
-        let subjects = IntGaugeVec::new(Opts::new("subjects", "Subjects held, by state."), &["state"])
-            .expect("valid");
+        let pruned = counter(
+            &r,
+            "subjects_pruned_total",
+            "Subjects deleted by snapshots.",
+        );
+        let subjects = IntGaugeVec::new(
+            Opts::new("subjects", "Subjects held, by state."),
+            &["state"],
+        )
+        .expect("valid");
         r(Box::new(subjects.clone()));
-        let behind_events = IntGauge::new("behind_events", "Records not yet read (Kafka).")
-            .expect("valid");
+        let behind_events =
+            IntGauge::new("behind_events", "Records not yet read (Kafka).").expect("valid");
         r(Box::new(behind_events.clone()));
-        let behind_seconds = Gauge::new("behind_seconds", "Now minus the newest event's time.")
-            .expect("valid");
+        let behind_seconds =
+            Gauge::new("behind_seconds", "Now minus the newest event's time.").expect("valid");
         r(Box::new(behind_seconds.clone()));
         let writes = counter(&r, "file_writes_total", "Replica file writes.");
         let write_seconds = Histogram::with_opts(HistogramOpts::new(
@@ -117,15 +124,23 @@ impl Metrics {
         self.writes.inc();
         self.write_seconds.observe(seconds);
         self.file_bytes.set(bytes as i64);
-        self.subjects.with_label_values(&["present"]).set(counts.0 as i64);
-        self.subjects.with_label_values(&["deleted"]).set(counts.1 as i64);
+        self.subjects
+            .with_label_values(&["present"])
+            .set(counts.0 as i64);
+        self.subjects
+            .with_label_values(&["deleted"])
+            .set(counts.1 as i64);
     }
 
     /// Set the subject gauges from `replica` (at start, before any write).
     pub fn held(&self, replica: &Replica) {
         let (present, deleted) = replica.counts();
-        self.subjects.with_label_values(&["present"]).set(present as i64);
-        self.subjects.with_label_values(&["deleted"]).set(deleted as i64);
+        self.subjects
+            .with_label_values(&["present"])
+            .set(present as i64);
+        self.subjects
+            .with_label_values(&["deleted"])
+            .set(deleted as i64);
     }
 
     /// Events with an outcome of `outcome` so far.
@@ -147,7 +162,10 @@ impl Metrics {
     /// The metrics in Prometheus text format.
     pub fn render(&self) -> String {
         let mut out = Vec::new();
-        if TextEncoder::new().encode(&self.registry.gather(), &mut out).is_err() {
+        if TextEncoder::new()
+            .encode(&self.registry.gather(), &mut out)
+            .is_err()
+        {
             return String::new();
         }
         String::from_utf8(out).unwrap_or_default()
@@ -185,7 +203,11 @@ mod tests {
     #[test]
     fn outcomes_are_counted_and_rendered_with_the_prefix() {
         let m = Metrics::new();
-        let applied = Effect { outcome: Outcome::Applied, completed: true, pruned: 2 };
+        let applied = Effect {
+            outcome: Outcome::Applied,
+            completed: true,
+            pruned: 2,
+        };
         m.applied(&applied, Some(10_000));
         m.skipped("tombstone");
         m.written(5, 0.01, (3, 1));

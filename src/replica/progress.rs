@@ -109,7 +109,14 @@ mod tests {
             status.line(),
             "10 applied, 2 stale, 7 subjects, 40 events behind, 1.2 s behind"
         );
-        let webhook = Status { behind_events: None, behind_seconds: None, ..status };
-        assert_eq!(webhook.line(), "10 applied, 2 stale, 7 subjects, no event yet");
+        let webhook = Status {
+            behind_events: None,
+            behind_seconds: None,
+            ..status
+        };
+        assert_eq!(
+            webhook.line(),
+            "10 applied, 2 stale, 7 subjects, no event yet"
+        );
     }
 }

@@ -37,7 +37,10 @@ fn started(id: &str, floors: &[(Kind, &str, u64)]) -> Meaning {
 }
 
 fn finished(id: &str, count: u64) -> Meaning {
-    Meaning::SnapshotFinished(Finished { id: id.into(), count })
+    Meaning::SnapshotFinished(Finished {
+        id: id.into(),
+        count,
+    })
 }
 
 fn entry(replica: &Replica, store: &str, key: &str) -> Option<Entry> {
@@ -70,7 +73,11 @@ fn steps() -> impl Strategy<Value = Vec<(u8, u64)>> {
 
 /// Subjects (some sharing a key in two stores), their histories mixed, duplicated, shuffled.
 fn mixed() -> impl Strategy<Value = (Vec<Vec<Change>>, Vec<Change>)> {
-    let subjects = [("s1", "t/routes/a"), ("s2", "t/routes/a"), ("s1", "t/routes/b")];
+    let subjects = [
+        ("s1", "t/routes/a"),
+        ("s2", "t/routes/a"),
+        ("s1", "t/routes/b"),
+    ];
     let histories = prop::collection::vec(steps(), 1..=3).prop_map(move |all| {
         all.iter()
             .zip(subjects)
@@ -122,15 +129,27 @@ proptest! {
 fn held() -> Replica {
     let mut r = Replica::default();
     for (key, v) in [("t/routes/a", 1), ("t/routes/b", 2), ("t/routes/c", 3)] {
-        r.apply(Meaning::Change(change("s", key, v, Some(json!({"id": key})))));
+        r.apply(Meaning::Change(change(
+            "s",
+            key,
+            v,
+            Some(json!({"id": key})),
+        )));
     }
-    let source = Change { kind: Kind::Source, ..change("s", "t/sources/x", 4, Some(json!({}))) };
+    let source = Change {
+        kind: Kind::Source,
+        ..change("s", "t/sources/x", 4, Some(json!({})))
+    };
     r.apply(Meaning::Change(source));
     r
 }
 
 fn deleted_at(version: u64) -> Option<Entry> {
-    Some(Entry { kind: Kind::Route, version: Version(version), entity: None })
+    Some(Entry {
+        kind: Kind::Route,
+        version: Version(version),
+        entity: None,
+    })
 }
 
 #[test]
@@ -143,12 +162,18 @@ fn a_complete_snapshot_prunes_what_it_did_not_refresh_in_any_order() {
     ];
     for order in permutations(parts.len()) {
         let mut r = held();
-        let pruned: usize = order.iter().map(|&i| r.apply(parts[i].clone()).pruned).sum();
+        let pruned: usize = order
+            .iter()
+            .map(|&i| r.apply(parts[i].clone()).pruned)
+            .sum();
         assert_eq!(pruned, 1, "{order:?}");
         assert_eq!(entry(&r, "s", "t/routes/b"), deleted_at(5), "{order:?}");
         assert!(entry(&r, "s", "t/routes/a").unwrap().entity.is_some());
         assert!(entry(&r, "s", "t/routes/c").unwrap().entity.is_some());
-        assert!(entry(&r, "s", "t/sources/x").unwrap().entity.is_some(), "other kind kept");
+        assert!(
+            entry(&r, "s", "t/sources/x").unwrap().entity.is_some(),
+            "other kind kept"
+        );
         assert!(r.snapshots.is_empty() && r.completed.contains("snap"));
     }
 }
@@ -160,7 +185,10 @@ fn duplicate_items_count_once() {
     r.apply(item("s", "t/routes/a", 1, "snap"));
     r.apply(item("s", "t/routes/a", 1, "snap"));
     assert_eq!(r.apply(finished("snap", 2)).pruned, 0);
-    assert!(entry(&r, "s", "t/routes/b").unwrap().entity.is_some(), "one item to come");
+    assert!(
+        entry(&r, "s", "t/routes/b").unwrap().entity.is_some(),
+        "one item to come"
+    );
     assert_eq!(r.apply(item("s", "t/routes/c", 3, "snap")).pruned, 1);
     assert_eq!(entry(&r, "s", "t/routes/b"), deleted_at(5));
 }
@@ -184,9 +212,16 @@ fn a_subject_changed_during_the_snapshot_is_kept() {
 #[test]
 fn an_incomplete_snapshot_prunes_nothing() {
     let cases: [&[Meaning]; 3] = [
-        &[started("snap", &[(Kind::Route, "s", 5)]), item("s", "t/routes/a", 1, "snap")],
+        &[
+            started("snap", &[(Kind::Route, "s", 5)]),
+            item("s", "t/routes/a", 1, "snap"),
+        ],
         &[item("s", "t/routes/a", 1, "snap"), finished("snap", 1)],
-        &[started("snap", &[(Kind::Route, "s", 5)]), item("s", "t/routes/a", 1, "snap"), finished("snap", 2)],
+        &[
+            started("snap", &[(Kind::Route, "s", 5)]),
+            item("s", "t/routes/a", 1, "snap"),
+            finished("snap", 2),
+        ],
     ];
     for parts in cases {
         let mut r = held();
@@ -201,10 +236,17 @@ fn an_incomplete_snapshot_prunes_nothing() {
 #[test]
 fn late_parts_of_a_completed_snapshot_start_nothing() {
     let mut r = held();
-    for part in [started("snap", &[(Kind::Route, "s", 5)]), finished("snap", 0)] {
+    for part in [
+        started("snap", &[(Kind::Route, "s", 5)]),
+        finished("snap", 0),
+    ] {
         r.apply(part);
     }
-    assert_eq!(r.counts(), (1, 3), "an empty snapshot prunes every route at or below 5");
+    assert_eq!(
+        r.counts(),
+        (1, 3),
+        "an empty snapshot prunes every route at or below 5"
+    );
     r.apply(started("snap", &[(Kind::Route, "s", 5)]));
     assert!(r.snapshots.is_empty());
 }

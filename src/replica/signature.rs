@@ -71,7 +71,10 @@ impl Verifier {
             .enumerate()
             .map(|(i, secret)| {
                 parse_secret(secret).ok_or_else(|| {
-                    format!("secret {} must be whsec_ followed by a non-empty base64 key", i + 1)
+                    format!(
+                        "secret {} must be whsec_ followed by a non-empty base64 key",
+                        i + 1
+                    )
                 })
             })
             .collect::<Result<_, _>>()?;
@@ -81,9 +84,16 @@ impl Verifier {
     /// Whether `body`, received with `headers` at `now` (unix seconds), is genuine.
     pub fn verify(&self, headers: Signed<'_>, body: &[u8], now: i64) -> Result<(), Refused> {
         let id = headers.id.ok_or(Refused::Missing("webhook-id"))?;
-        let timestamp = headers.timestamp.ok_or(Refused::Missing("webhook-timestamp"))?;
-        let signature = headers.signature.ok_or(Refused::Missing("webhook-signature"))?;
-        let ts: i64 = timestamp.trim().parse().map_err(|_| Refused::BadTimestamp)?;
+        let timestamp = headers
+            .timestamp
+            .ok_or(Refused::Missing("webhook-timestamp"))?;
+        let signature = headers
+            .signature
+            .ok_or(Refused::Missing("webhook-signature"))?;
+        let ts: i64 = timestamp
+            .trim()
+            .parse()
+            .map_err(|_| Refused::BadTimestamp)?;
         if now.abs_diff(ts) > TOLERANCE_SECS as u64 {
             return Err(Refused::Stale);
         }
@@ -99,7 +109,10 @@ impl Verifier {
             mac.update(timestamp.as_bytes());
             mac.update(b".");
             mac.update(body);
-            if candidates.iter().any(|c| mac.clone().verify_slice(c).is_ok()) {
+            if candidates
+                .iter()
+                .any(|c| mac.clone().verify_slice(c).is_ok())
+            {
                 return Ok(());
             }
         }
@@ -128,7 +141,11 @@ mod tests {
     const SIG: &str = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
 
     fn signed(signature: &str) -> Signed<'_> {
-        Signed { id: Some(ID), timestamp: Some(TS), signature: Some(signature) }
+        Signed {
+            id: Some(ID),
+            timestamp: Some(TS),
+            signature: Some(signature),
+        }
     }
 
     #[test]
@@ -136,9 +153,17 @@ mod tests {
         let v = Verifier::new(&[SECRET.into()]).unwrap();
         assert_eq!(v.verify(signed(SIG), BODY, 1614265330), Ok(()));
         let other = format!("v1,{} {SIG}", BASE64.encode([0u8; 32]));
-        assert_eq!(v.verify(signed(&other), BODY, 1614265330), Ok(()), "any of several");
+        assert_eq!(
+            v.verify(signed(&other), BODY, 1614265330),
+            Ok(()),
+            "any of several"
+        );
         let rotated = Verifier::new(&["whsec_YWJj".into(), SECRET.into()]).unwrap();
-        assert_eq!(rotated.verify(signed(SIG), BODY, 1614265330), Ok(()), "any key");
+        assert_eq!(
+            rotated.verify(signed(SIG), BODY, 1614265330),
+            Ok(()),
+            "any key"
+        );
     }
 
     #[test]
@@ -146,13 +171,25 @@ mod tests {
         let v = Verifier::new(&[SECRET.into()]).unwrap();
         let now = 1614265330;
         assert_eq!(v.verify(signed(SIG), b"{}", now), Err(Refused::Mismatch));
-        assert_eq!(v.verify(signed("v2,abc not-base64"), BODY, now), Err(Refused::Mismatch));
+        assert_eq!(
+            v.verify(signed("v2,abc not-base64"), BODY, now),
+            Err(Refused::Mismatch)
+        );
         assert_eq!(v.verify(signed(SIG), BODY, now + 301), Err(Refused::Stale));
         assert_eq!(v.verify(signed(SIG), BODY, now - 301), Err(Refused::Stale));
         assert_eq!(v.verify(signed(SIG), BODY, now + 300), Ok(()));
-        let no_id = Signed { id: None, ..signed(SIG) };
-        assert_eq!(v.verify(no_id, BODY, now), Err(Refused::Missing("webhook-id")));
-        let bad_ts = Signed { timestamp: Some("soon"), ..signed(SIG) };
+        let no_id = Signed {
+            id: None,
+            ..signed(SIG)
+        };
+        assert_eq!(
+            v.verify(no_id, BODY, now),
+            Err(Refused::Missing("webhook-id"))
+        );
+        let bad_ts = Signed {
+            timestamp: Some("soon"),
+            ..signed(SIG)
+        };
         assert_eq!(v.verify(bad_ts, BODY, now), Err(Refused::BadTimestamp));
         let wrong = Verifier::new(&["whsec_YWJj".into()]).unwrap();
         assert_eq!(wrong.verify(signed(SIG), BODY, now), Err(Refused::Mismatch));
@@ -162,7 +199,10 @@ mod tests {
     fn bad_secrets_are_refused_without_echoing_them() {
         for bad in ["MfKQ9r8G", "whsec_", "whsec_not*base64!"] {
             let e = Verifier::new(&[SECRET.into(), bad.into()]).unwrap_err();
-            assert_eq!(e, "secret 2 must be whsec_ followed by a non-empty base64 key");
+            assert_eq!(
+                e,
+                "secret 2 must be whsec_ followed by a non-empty base64 key"
+            );
         }
         let v = Verifier::new(&[SECRET.into()]).unwrap();
         assert_eq!(format!("{v:?}"), "Verifier { keys: <1 redacted> }");

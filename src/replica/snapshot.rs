@@ -106,7 +106,10 @@ mod tests {
         s.items.insert(("a".into(), "k".into()));
         s.count = Some(1);
         assert!(!s.complete(), "no started marker yet");
-        s.started = Some(Started { id: "s".into(), stores: vec![] });
+        s.started = Some(Started {
+            id: "s".into(),
+            stores: vec![],
+        });
         assert!(s.complete());
         s.count = Some(2);
         assert!(!s.complete(), "an item is still on its way");

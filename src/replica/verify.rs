@@ -98,12 +98,18 @@ pub enum VerifyError {
 
 /// The replica's subjects that exist, by key, from the compared stores; and the keys held
 /// by more than one of them.
-pub fn replica_view(replica: &Replica, stores: &[String]) -> (BTreeMap<String, Value>, Vec<Difference>) {
+pub fn replica_view(
+    replica: &Replica,
+    stores: &[String],
+) -> (BTreeMap<String, Value>, Vec<Difference>) {
     let mut by_key: BTreeMap<String, Vec<(&str, &Value)>> = BTreeMap::new();
     for (store, key, entry) in replica.present() {
         if stores.is_empty() || stores.iter().any(|s| s == store) {
             let entity = entry.entity.as_ref().expect("present() gives entities");
-            by_key.entry(key.to_owned()).or_default().push((store, entity));
+            by_key
+                .entry(key.to_owned())
+                .or_default()
+                .push((store, entity));
         }
     }
     let mut view = BTreeMap::new();
@@ -123,7 +129,10 @@ pub fn replica_view(replica: &Replica, stores: &[String]) -> (BTreeMap<String, V
 }
 
 /// The differences between the replica's view and the API's, in key order.
-pub fn compare(replica: &BTreeMap<String, Value>, api: &BTreeMap<String, Value>) -> Vec<Difference> {
+pub fn compare(
+    replica: &BTreeMap<String, Value>,
+    api: &BTreeMap<String, Value>,
+) -> Vec<Difference> {
     let keys: BTreeSet<&String> = replica.keys().chain(api.keys()).collect();
     keys.into_iter()
         .filter_map(|key| match (replica.get(key), api.get(key)) {
@@ -134,8 +143,14 @@ pub fn compare(replica: &BTreeMap<String, Value>, api: &BTreeMap<String, Value>)
                 replica: r.clone(),
                 api: a.clone(),
             }),
-            (Some(r), None) => Some(Difference::Extra { key: key.clone(), replica: r.clone() }),
-            (None, Some(a)) => Some(Difference::Missing { key: key.clone(), api: a.clone() }),
+            (Some(r), None) => Some(Difference::Extra {
+                key: key.clone(),
+                replica: r.clone(),
+            }),
+            (None, Some(a)) => Some(Difference::Missing {
+                key: key.clone(),
+                api: a.clone(),
+            }),
             (None, None) => None,
         })
         .collect()
@@ -163,7 +178,10 @@ pub fn tenants(view: &BTreeMap<String, Value>, extra: &[String]) -> BTreeSet<Str
 }
 
 /// Compare `replica` with the node's API.
-pub async fn verify(replica: &Replica, options: &VerifyOptions) -> Result<Vec<Difference>, VerifyError> {
+pub async fn verify(
+    replica: &Replica,
+    options: &VerifyOptions,
+) -> Result<Vec<Difference>, VerifyError> {
     let (view, mut differences) = replica_view(replica, &options.stores);
     let client = super::api::Client::new(&options.url, &options.token)?;
     let mut listed = BTreeMap::new();
@@ -198,8 +216,15 @@ pub fn report(differences: &[Difference]) -> String {
     for d in differences {
         let _ = match d {
             Difference::Missing { key, api } => writeln!(out, "missing   {key}: api {api}"),
-            Difference::Extra { key, replica } => writeln!(out, "extra     {key}: replica {replica}"),
-            Difference::Different { key, fields, replica, api } => writeln!(
+            Difference::Extra { key, replica } => {
+                writeln!(out, "extra     {key}: replica {replica}")
+            }
+            Difference::Different {
+                key,
+                fields,
+                replica,
+                api,
+            } => writeln!(
                 out,
                 "different {key} ({}): replica {replica}, api {api}",
                 fields.join(", ")

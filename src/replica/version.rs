@@ -50,7 +50,12 @@ mod tests {
             assert_eq!(text.len(), 20);
             assert_eq!(Version::parse(&text), Some(Version(v)));
         }
-        for bad in ["7", "+0000000000000000007", "99999999999999999999", "0000000000000000000x"] {
+        for bad in [
+            "7",
+            "+0000000000000000007",
+            "99999999999999999999",
+            "0000000000000000000x",
+        ] {
             assert_eq!(Version::parse(bad), None, "{bad}");
         }
         let json = serde_json::to_string(&Version(42)).unwrap();

@@ -48,7 +48,10 @@ impl std::fmt::Debug for WebhookOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WebhookOptions")
             .field("listen", &self.listen)
-            .field("secrets", &format_args!("<{} redacted>", self.secrets.len()))
+            .field(
+                "secrets",
+                &format_args!("<{} redacted>", self.secrets.len()),
+            )
             .field("out", &self.out)
             .finish()
     }
@@ -75,7 +78,10 @@ struct Shared {
 
 impl Server {
     /// Load the replica file and bind the listen address.
-    pub async fn bind(options: WebhookOptions, metrics: Arc<Metrics>) -> Result<Server, FollowError> {
+    pub async fn bind(
+        options: WebhookOptions,
+        metrics: Arc<Metrics>,
+    ) -> Result<Server, FollowError> {
         let verifier = Verifier::new(&options.secrets).map_err(FollowError::Options)?;
         let loaded = file::load(&options.out)?.unwrap_or_default();
         if let Some(kafka) = &loaded.progress.kafka {
@@ -88,7 +94,10 @@ impl Server {
         metrics.held(&loaded.replica);
         let listener = tokio::net::TcpListener::bind(&options.listen)
             .await
-            .map_err(|source| FollowError::Listen { addr: options.listen.clone(), source })?;
+            .map_err(|source| FollowError::Listen {
+                addr: options.listen.clone(),
+                source,
+            })?;
         let (tx, writes) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             verifier,
@@ -97,7 +106,11 @@ impl Server {
             writes: tx,
             metrics,
         });
-        Ok(Server { listener, shared, writes })
+        Ok(Server {
+            listener,
+            shared,
+            writes,
+        })
     }
 
     /// The address bound.
@@ -115,12 +128,17 @@ impl Server {
             .fallback(axum::routing::post(receive))
             .layer(DefaultBodyLimit::max(BODY_LIMIT))
             .with_state(self.shared.clone());
-        let served = axum::serve(self.listener, app).with_graceful_shutdown(shutdown).await;
+        let served = axum::serve(self.listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await;
         let (done, written) = oneshot::channel();
         let _ = self.shared.writes.send(done);
         let written = written.await.unwrap_or(false);
         writer.abort();
-        served.map_err(|source| FollowError::Listen { addr: "the webhook listener".into(), source })?;
+        served.map_err(|source| FollowError::Listen {
+            addr: "the webhook listener".into(),
+            source,
+        })?;
         if !written {
             return Err(FollowError::Unwritten(self.shared.path.clone()));
         }
@@ -143,20 +161,30 @@ async fn receive(
     let now = chrono::Utc::now().timestamp();
     if let Err(refused) = shared.verifier.verify(signed, &body, now) {
         tracing::warn!(reason = %refused, "follow webhook request refused");
-        return (StatusCode::UNAUTHORIZED, format!("signature refused: {refused}\n"));
+        return (
+            StatusCode::UNAUTHORIZED,
+            format!("signature refused: {refused}\n"),
+        );
     }
     let events = match events(&headers, &body) {
         Ok(events) => events,
         Err(e) => return bad_request(&shared, format!("not a CloudEvent: {e}")),
     };
-    let meanings = match events.iter().map(event::read).collect::<Result<Vec<_>, _>>() {
+    let meanings = match events
+        .iter()
+        .map(event::read)
+        .collect::<Result<Vec<_>, _>>()
+    {
         Ok(meanings) => meanings,
         Err(e) => return bad_request(&shared, e.to_string()),
     };
     apply(&shared, &events, meanings);
     let (done, written) = oneshot::channel();
     if shared.writes.send(done).is_err() || !written.await.unwrap_or(false) {
-        return (StatusCode::SERVICE_UNAVAILABLE, "replica file write failed\n".into());
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "replica file write failed\n".into(),
+        );
     }
     (StatusCode::NO_CONTENT, String::new())
 }
@@ -216,7 +244,9 @@ async fn write(shared: &Arc<Shared>) -> bool {
     let len = bytes.len();
     match tokio::task::spawn_blocking(move || file::write(&path, &bytes)).await {
         Ok(Ok(())) => {
-            shared.metrics.written(len, started.elapsed().as_secs_f64(), counts);
+            shared
+                .metrics
+                .written(len, started.elapsed().as_secs_f64(), counts);
             true
         }
         Ok(Err(e)) => {

@@ -12,7 +12,11 @@ pub const NODE: &str = "urn:ankusa:node-a";
 
 /// A route or source event: `verb` of `tenant/<plural>/id` at `version` in `store`.
 pub fn subject(seq: u64, verb: &str, key: &str, store: &str, version: u64, entity: Value) -> Event {
-    let kind = if key.contains("/sources/") { "source" } else { "route" };
+    let kind = if key.contains("/sources/") {
+        "source"
+    } else {
+        "route"
+    };
     let action = match verb {
         "created" => "create",
         "deleted" => "delete",
@@ -28,7 +32,14 @@ pub fn subject(seq: u64, verb: &str, key: &str, store: &str, version: u64, entit
 }
 
 /// A `refreshed` item of snapshot `snapshot`.
-pub fn item(seq: u64, key: &str, store: &str, version: u64, entity: Value, snapshot: &str) -> Event {
+pub fn item(
+    seq: u64,
+    key: &str,
+    store: &str,
+    version: u64,
+    entity: Value,
+    snapshot: &str,
+) -> Event {
     let mut event = subject(seq, "refreshed", key, store, version, entity);
     event.set_extension("snapshot", snapshot);
     event
@@ -38,19 +49,36 @@ pub fn item(seq: u64, key: &str, store: &str, version: u64, entity: Value, snaps
 pub fn started(seq: u64, id: &str, floor: u64) -> Event {
     let stores = json!([{"kind": "route", "store": FLEET, "floor": format!("{floor:020}")}]);
     let data = json!({"action": "snapshot.start", "entity": {"id": id, "stores": stores}, "revision": null});
-    base(seq, "io.ankusa.snapshot.started", &format!("snapshots/{id}"), data).build().unwrap()
+    base(
+        seq,
+        "io.ankusa.snapshot.started",
+        &format!("snapshots/{id}"),
+        data,
+    )
+    .build()
+    .unwrap()
 }
 
 /// `io.ankusa.snapshot.finished` of `id` with `count` items.
 pub fn finished(seq: u64, id: &str, count: u64) -> Event {
     let data = json!({"action": "snapshot.finish", "entity": {"id": id, "count": count}, "revision": null});
-    base(seq, "io.ankusa.snapshot.finished", &format!("snapshots/{id}"), data).build().unwrap()
+    base(
+        seq,
+        "io.ankusa.snapshot.finished",
+        &format!("snapshots/{id}"),
+        data,
+    )
+    .build()
+    .unwrap()
 }
 
 /// `io.ankusa.instance.restored`: the replica ignores it.
 pub fn restored(seq: u64) -> Event {
-    let data = json!({"action": "instance.restore", "entity": {"restored_seq": 3}, "revision": null});
-    base(seq, "io.ankusa.instance.restored", "instance", data).build().unwrap()
+    let data =
+        json!({"action": "instance.restore", "entity": {"restored_seq": 3}, "revision": null});
+    base(seq, "io.ankusa.instance.restored", "instance", data)
+        .build()
+        .unwrap()
 }
 
 fn base(seq: u64, ty: &str, key: &str, data: Value) -> EventBuilderV10 {
@@ -77,7 +105,10 @@ pub fn deliveries(events: &[Event]) -> Vec<Delivery> {
     events
         .iter()
         .enumerate()
-        .map(|(i, event)| Delivery { seq: i as u64 + 1, event: event.clone() })
+        .map(|(i, event)| Delivery {
+            seq: i as u64 + 1,
+            event: event.clone(),
+        })
         .collect()
 }
 
@@ -87,24 +118,129 @@ pub fn deliveries(events: &[Event]) -> Vec<Delivery> {
 pub fn scenario() -> Vec<Event> {
     let r = |id: &str| format!("acme/routes/{id}");
     vec![
-        subject(1, "created", &r("r1"), FLEET, 1, route("r1", "http://a.example/1")),
-        subject(2, "created", &r("r2"), FLEET, 2, route("r2", "http://a.example/2")),
-        subject(3, "created", &r("r3"), FLEET, 3, route("r3", "http://a.example/3")),
-        subject(4, "updated", &r("r1"), FLEET, 4, route("r1", "http://b.example/1")),
-        subject(5, "deleted", &r("r2"), FLEET, 5, route("r2", "http://a.example/2")),
-        subject(1, "created", &r("r1"), FLEET, 1, route("r1", "http://a.example/1")),
-        subject(6, "deleted", &r("r3"), FLEET, 6, route("r3", "http://a.example/3")),
-        subject(7, "created", &r("r4"), FLEET, 7, route("r4", "http://a.example/4")),
-        subject(8, "created", "acme/sources/s1", NODE, 1, json!({"id": "s1", "secret": "[redacted]"})),
+        subject(
+            1,
+            "created",
+            &r("r1"),
+            FLEET,
+            1,
+            route("r1", "http://a.example/1"),
+        ),
+        subject(
+            2,
+            "created",
+            &r("r2"),
+            FLEET,
+            2,
+            route("r2", "http://a.example/2"),
+        ),
+        subject(
+            3,
+            "created",
+            &r("r3"),
+            FLEET,
+            3,
+            route("r3", "http://a.example/3"),
+        ),
+        subject(
+            4,
+            "updated",
+            &r("r1"),
+            FLEET,
+            4,
+            route("r1", "http://b.example/1"),
+        ),
+        subject(
+            5,
+            "deleted",
+            &r("r2"),
+            FLEET,
+            5,
+            route("r2", "http://a.example/2"),
+        ),
+        subject(
+            1,
+            "created",
+            &r("r1"),
+            FLEET,
+            1,
+            route("r1", "http://a.example/1"),
+        ),
+        subject(
+            6,
+            "deleted",
+            &r("r3"),
+            FLEET,
+            6,
+            route("r3", "http://a.example/3"),
+        ),
+        subject(
+            7,
+            "created",
+            &r("r4"),
+            FLEET,
+            7,
+            route("r4", "http://a.example/4"),
+        ),
+        subject(
+            8,
+            "created",
+            "acme/sources/s1",
+            NODE,
+            1,
+            json!({"id": "s1", "secret": "[redacted]"}),
+        ),
         restored(9),
-        subject(10, "created", &r("r2"), FLEET, 9, route("r2", "http://c.example/2")),
-        subject(5, "deleted", &r("r2"), FLEET, 5, route("r2", "http://a.example/2")),
+        subject(
+            10,
+            "created",
+            &r("r2"),
+            FLEET,
+            9,
+            route("r2", "http://c.example/2"),
+        ),
+        subject(
+            5,
+            "deleted",
+            &r("r2"),
+            FLEET,
+            5,
+            route("r2", "http://a.example/2"),
+        ),
         started(11, "snap-1", 10),
-        item(12, &r("r1"), FLEET, 4, route("r1", "http://b.example/1"), "snap-1"),
-        item(13, &r("r2"), FLEET, 9, route("r2", "http://c.example/2"), "snap-1"),
-        item(13, &r("r2"), FLEET, 9, route("r2", "http://c.example/2"), "snap-1"),
+        item(
+            12,
+            &r("r1"),
+            FLEET,
+            4,
+            route("r1", "http://b.example/1"),
+            "snap-1",
+        ),
+        item(
+            13,
+            &r("r2"),
+            FLEET,
+            9,
+            route("r2", "http://c.example/2"),
+            "snap-1",
+        ),
+        item(
+            13,
+            &r("r2"),
+            FLEET,
+            9,
+            route("r2", "http://c.example/2"),
+            "snap-1",
+        ),
         finished(14, "snap-1", 2),
-        subject(15, "updated", &r("r1"), FLEET, 11, route("r1", "http://d.example/1")),
+        subject(
+            15,
+            "updated",
+            &r("r1"),
+            FLEET,
+            11,
+            route("r1", "http://d.example/1"),
+        ),
     ]
 }
 

@@ -47,7 +47,10 @@ async fn produce(broker: &Broker, events: &[Event]) {
     let sink = KafkaSink::new(config).unwrap();
     for chunk in deliveries(events).chunks(500) {
         let outcomes = sink.send(chunk).await;
-        assert!(outcomes.iter().all(|o| *o == Outcome::Delivered), "{outcomes:?}");
+        assert!(
+            outcomes.iter().all(|o| *o == Outcome::Delivered),
+            "{outcomes:?}"
+        );
     }
 }
 
@@ -58,13 +61,31 @@ async fn tombstone(broker: &Broker, key: &str) {
         .create()
         .unwrap();
     let record = FutureRecord::<str, [u8]>::to(TOPIC).key(key);
-    producer.send(record, Duration::from_secs(30)).await.unwrap();
+    producer
+        .send(record, Duration::from_secs(30))
+        .await
+        .unwrap();
 }
 
 fn spawn(broker: &Broker, out: &Path) -> Child {
     Command::new(env!("CARGO_BIN_EXE_ankusa"))
-        .args(["follow", "kafka", "--brokers", &broker.address, "--topic", TOPIC])
-        .args(["--group", GROUP, "--batch-events", "10", "--batch-ms", "50", "--out"])
+        .args([
+            "follow",
+            "kafka",
+            "--brokers",
+            &broker.address,
+            "--topic",
+            TOPIC,
+        ])
+        .args([
+            "--group",
+            GROUP,
+            "--batch-events",
+            "10",
+            "--batch-ms",
+            "50",
+            "--out",
+        ])
         .arg(out)
         .env_remove("RUST_LOG")
         .spawn()
@@ -76,7 +97,10 @@ async fn replica_before(broker: &Broker, next: &BTreeMap<i32, i64>, total: usize
     let reader = kafka_reader(&broker.address, TOPIC, PARTITIONS);
     let mut replica = Replica::default();
     for _ in 0..total {
-        let m = tokio::time::timeout(Duration::from_secs(30), reader.recv()).await.unwrap().unwrap();
+        let m = tokio::time::timeout(Duration::from_secs(30), reader.recv())
+            .await
+            .unwrap()
+            .unwrap();
         if m.offset() < next.get(&m.partition()).copied().unwrap_or(0) && m.payload().is_some() {
             replica.apply_event(&m.to_event().unwrap()).unwrap();
         }
@@ -90,7 +114,10 @@ async fn ends(broker: &Broker, total: usize) -> BTreeMap<i32, i64> {
     let reader = kafka_reader(&broker.address, TOPIC, PARTITIONS);
     let mut ends = BTreeMap::new();
     for _ in 0..total {
-        let m = tokio::time::timeout(Duration::from_secs(30), reader.recv()).await.unwrap().unwrap();
+        let m = tokio::time::timeout(Duration::from_secs(30), reader.recv())
+            .await
+            .unwrap()
+            .unwrap();
         let end = ends.entry(m.partition()).or_insert(0);
         *end = (*end).max(m.offset() + 1);
     }
@@ -108,10 +135,17 @@ async fn killed_with_9_mid_way_then_resumed_the_replica_is_exact() {
     produce(&broker, &first).await;
 
     let mut child = spawn(&broker, &out);
-    eventually("a first replica file write", Duration::from_secs(60), async || {
-        let progress = file::load(&out).ok().flatten().and_then(|f| f.progress.kafka);
-        progress.is_some_and(|p| !p.next.is_empty())
-    })
+    eventually(
+        "a first replica file write",
+        Duration::from_secs(60),
+        async || {
+            let progress = file::load(&out)
+                .ok()
+                .flatten()
+                .and_then(|f| f.progress.kafka);
+            progress.is_some_and(|p| !p.next.is_empty())
+        },
+    )
     .await;
     child.kill().unwrap(); // SIGKILL, while it reads
     child.wait().unwrap();
@@ -121,7 +155,10 @@ async fn killed_with_9_mid_way_then_resumed_the_replica_is_exact() {
     assert!(read > 0, "{next:?}");
     // What the file holds is exactly the records before its offsets: nothing lost, nothing
     // ahead of them.
-    assert_eq!(killed.replica, replica_before(&broker, &next, first.len()).await);
+    assert_eq!(
+        killed.replica,
+        replica_before(&broker, &next, first.len()).await
+    );
 
     produce(&broker, &events[9..]).await;
     tombstone(&broker, "acme/routes/r2").await;
@@ -137,7 +174,10 @@ async fn killed_with_9_mid_way_then_resumed_the_replica_is_exact() {
     };
     let metrics = Metrics::new();
     let caught_up = kafka::follow(options, metrics.clone(), std::future::pending());
-    tokio::time::timeout(Duration::from_secs(120), caught_up).await.unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(120), caught_up)
+        .await
+        .unwrap()
+        .unwrap();
 
     let resumed = file::load(&out).unwrap().unwrap();
     let mut expected = scenario_replica();
@@ -150,15 +190,29 @@ async fn killed_with_9_mid_way_then_resumed_the_replica_is_exact() {
     let progress = resumed.progress.kafka.unwrap();
     assert_eq!(progress.topic, TOPIC);
     let total = (first.len() + events.len() - 9 + 2) as i64;
-    assert_eq!(progress.next, ends(&broker, total as usize).await, "every partition read to its end");
+    assert_eq!(
+        progress.next,
+        ends(&broker, total as usize).await,
+        "every partition read to its end"
+    );
     assert_eq!(progress.next.values().sum::<i64>(), total);
     // Every record after the file's offsets was read (tansu fetches some again: those are
     // stale by the rule, and the position never moves back).
-    let read_after: u64 = ["applied", "stale", "ignored", "marker", "tombstone"].iter().map(|o| metrics.count(o)).sum();
-    assert!(read_after as i64 >= total - read, "{read_after} < {total} - {read}");
+    let read_after: u64 = ["applied", "stale", "ignored", "marker", "tombstone"]
+        .iter()
+        .map(|o| metrics.count(o))
+        .sum();
+    assert!(
+        read_after as i64 >= total - read,
+        "{read_after} < {total} - {read}"
+    );
     assert!(metrics.count("tombstone") >= 2);
     assert_eq!(metrics.count("invalid"), 0);
-    assert_eq!(committed(&broker), progress.next, "the group's offsets, for tooling");
+    assert_eq!(
+        committed(&broker),
+        progress.next,
+        "the group's offsets, for tooling"
+    );
 }
 
 /// The offsets committed to [`GROUP`].
@@ -172,7 +226,9 @@ fn committed(broker: &Broker) -> BTreeMap<i32, i64> {
     for p in 0..PARTITIONS {
         list.add_partition(TOPIC, p);
     }
-    let offsets = consumer.committed_offsets(list, Duration::from_secs(10)).unwrap();
+    let offsets = consumer
+        .committed_offsets(list, Duration::from_secs(10))
+        .unwrap();
     offsets
         .elements()
         .iter()
