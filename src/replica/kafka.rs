@@ -18,9 +18,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cloudevents::binding::rdkafka::MessageExt;
+use cloudevents::binding::rdkafka::record_to_event;
+use cloudevents::Event;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
-use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use tokio::sync::watch;
@@ -199,7 +200,7 @@ impl Follower {
     }
 
     /// Apply one record and move its partition's next offset past it.
-    fn read(&mut self, message: &BorrowedMessage<'_>) {
+    fn read(&mut self, message: &impl Message) {
         let (partition, offset) = (message.partition(), message.offset());
         self.pending += 1;
         self.received_at = Instant::now();
@@ -207,23 +208,20 @@ impl Follower {
         // again; tansu does) goes through the rule like any other, stale as it is.
         let next = self.progress().next.entry(partition).or_insert(0);
         *next = (*next).max(offset + 1);
-        if message.payload().is_none() {
-            self.metrics.skipped("tombstone");
-            return;
-        }
-        let applied = message
-            .to_event()
-            .map_err(|e| e.to_string())
-            .and_then(|event| {
-                let effect = self
-                    .file
-                    .replica
-                    .apply_event(&event)
-                    .map_err(|e| e.to_string())?;
-                Ok((effect, super::event_time_ms(&event)))
-            });
+        let applied = record_event(message).and_then(|event| {
+            let Some(event) = event else {
+                return Ok(None);
+            };
+            let effect = self
+                .file
+                .replica
+                .apply_event(&event)
+                .map_err(|e| e.to_string())?;
+            Ok(Some((effect, super::event_time_ms(&event))))
+        });
         match applied {
-            Ok((effect, time)) => self.metrics.applied(&effect, time),
+            Ok(Some((effect, time))) => self.metrics.applied(&effect, time),
+            Ok(None) => self.metrics.skipped("tombstone"),
             Err(error) => {
                 self.metrics.skipped("invalid");
                 tracing::error!(partition, offset, %error, "record skipped: not an event of the contract");
@@ -284,6 +282,16 @@ impl Follower {
     }
 }
 
+/// The event of a record (binary or structured mode); `None` for a null value (a tombstone).
+pub fn record_event(message: &impl Message) -> Result<Option<Event>, String> {
+    if message.payload().is_none() {
+        return Ok(None);
+    }
+    record_to_event(message)
+        .map(Some)
+        .map_err(|e| e.to_string())
+}
+
 /// The partitions of `topic`, from the brokers' metadata (off the runtime: it blocks).
 async fn partitions(consumer: Arc<StreamConsumer>, topic: &str) -> Result<Vec<i32>, FollowError> {
     let name = topic.to_owned();
@@ -305,4 +313,67 @@ async fn partitions(consumer: Arc<StreamConsumer>, topic: &str) -> Result<Vec<i3
         )));
     }
     Ok(partitions)
+}
+
+#[cfg(test)]
+mod tests {
+    use rdkafka::message::{Header, OwnedHeaders, OwnedMessage, Timestamp};
+
+    use super::*;
+
+    fn record(value: Option<&[u8]>, headers: &[(&str, &str)]) -> OwnedMessage {
+        let mut owned = OwnedHeaders::new();
+        for (key, value) in headers {
+            owned = owned.insert(Header {
+                key,
+                value: Some(*value),
+            });
+        }
+        let headers = (!headers.is_empty()).then_some(owned);
+        let key = Some(b"acme/routes/r1".to_vec());
+        OwnedMessage::new(
+            value.map(<[u8]>::to_vec),
+            key,
+            "t".into(),
+            Timestamp::NotAvailable,
+            0,
+            7,
+            headers,
+        )
+    }
+
+    #[test]
+    fn records_are_read_in_both_modes_and_tombstones_are_none() {
+        let binary = record(
+            Some(br#"{"entity":{"id":"r1"}}"#),
+            &[
+                ("ce_specversion", "1.0"),
+                ("ce_id", "e1"),
+                ("ce_type", "io.ankusa.route.created"),
+                ("ce_source", "urn:n"),
+                ("content-type", "application/json"),
+                ("ce_subjectversion", "00000000000000000003"),
+            ],
+        );
+        let event = record_event(&binary).unwrap().unwrap();
+        assert_eq!(cloudevents::AttributesReader::id(&event), "e1");
+        assert_eq!(
+            event.extension("subjectversion").unwrap().to_string(),
+            "00000000000000000003"
+        );
+        let structured = record(
+            Some(br#"{"specversion":"1.0","id":"e2","type":"t","source":"urn:n","data":{"a":1}}"#),
+            &[("content-type", "application/cloudevents+json")],
+        );
+        let event = record_event(&structured).unwrap().unwrap();
+        assert_eq!(cloudevents::AttributesReader::id(&event), "e2");
+        assert_eq!(record_event(&record(None, &[])).unwrap(), None);
+        let e = record_event(&record(Some(b"x"), &[])).unwrap_err();
+        assert!(!e.is_empty());
+        let e = record_event(&record(
+            Some(b"{"),
+            &[("content-type", "application/cloudevents+json")],
+        ));
+        assert!(e.is_err());
+    }
 }

@@ -213,6 +213,51 @@ async fn killed_with_9_mid_way_then_resumed_the_replica_is_exact() {
         progress.next,
         "the group's offsets, for tooling"
     );
+
+    // The binary again, on the caught-up file: it takes a new change, and SIGTERM writes
+    // the replica and exits cleanly.
+    let mut child = spawn(&broker, &out);
+    let update = route("r1", "http://e.example/1");
+    produce(
+        &broker,
+        &[subject(
+            16,
+            "updated",
+            "acme/routes/r1",
+            FLEET,
+            12,
+            update.clone(),
+        )],
+    )
+    .await;
+    eventually(
+        "the new change in the file",
+        Duration::from_secs(60),
+        async || {
+            let file = file::load(&out).ok().flatten();
+            let r1 = file.and_then(|f| {
+                f.replica
+                    .subjects
+                    .get(FLEET)?
+                    .get("acme/routes/r1")
+                    .cloned()
+            });
+            r1.is_some_and(|e| e.entity.as_ref() == Some(&update))
+        },
+    )
+    .await;
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    assert!(child.wait().unwrap().success(), "SIGTERM: a clean exit");
+    let last = file::load(&out).unwrap().unwrap();
+    assert_eq!(
+        last.progress.kafka.unwrap().next.values().sum::<i64>(),
+        total + 1
+    );
 }
 
 /// The offsets committed to [`GROUP`].

@@ -26,13 +26,22 @@ async fn list(
     Query(query): Query<BTreeMap<String, String>>,
     headers: HeaderMap,
 ) -> Response {
-    if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some(&format!("Bearer {TOKEN}")) {
+    if headers.get("authorization").and_then(|v| v.to_str().ok())
+        != Some(&format!("Bearer {TOKEN}"))
+    {
         return StatusCode::UNAUTHORIZED.into_response();
     }
-    let items = listed.lock().unwrap().get(&format!("{tenant}/{plural}")).cloned().unwrap_or_default();
+    let items = listed
+        .lock()
+        .unwrap()
+        .get(&format!("{tenant}/{plural}"))
+        .cloned()
+        .unwrap_or_default();
     // Pages of one item, so that the reader follows `next`.
     let after = query.get("after");
-    let start = after.map_or(0, |a| items.iter().position(|i| i["id"] == **a).unwrap() + 1);
+    let start = after.map_or(0, |a| {
+        items.iter().position(|i| i["id"] == **a).unwrap() + 1
+    });
     let page: Vec<Value> = items.get(start).cloned().into_iter().collect();
     let next = (start + 1 < items.len()).then(|| items[start]["id"].clone());
     axum::Json(json!({"items": page, "next": next})).into_response()
@@ -40,7 +49,10 @@ async fn list(
 
 async fn serve(listed: Listed) -> String {
     let app = axum::Router::new()
-        .route("/admin/v1/tenants/{tenant}/{plural}", axum::routing::get(list))
+        .route(
+            "/admin/v1/tenants/{tenant}/{plural}",
+            axum::routing::get(list),
+        )
         .with_state(listed);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -66,25 +78,51 @@ async fn verify_exits_0_when_equal_and_1_with_each_difference() {
     for event in scenario() {
         replica.apply_event(&event).unwrap();
     }
-    file::save(&path, &ReplicaFile { replica, ..ReplicaFile::default() }).unwrap();
+    file::save(
+        &path,
+        &ReplicaFile {
+            replica,
+            ..ReplicaFile::default()
+        },
+    )
+    .unwrap();
     let listed: Listed = Arc::default();
     listed.lock().unwrap().extend([
-        ("acme/routes".to_owned(), vec![route("r1", "http://d.example/1"), route("r2", "http://c.example/2")]),
-        ("acme/sources".to_owned(), vec![json!({"id": "s1", "secret": "[redacted]"})]),
+        (
+            "acme/routes".to_owned(),
+            vec![
+                route("r1", "http://d.example/1"),
+                route("r2", "http://c.example/2"),
+            ],
+        ),
+        (
+            "acme/sources".to_owned(),
+            vec![json!({"id": "s1", "secret": "[redacted]"})],
+        ),
     ]);
     let url = serve(listed.clone()).await;
 
     let equal = verify(&path, &url);
     let stdout = String::from_utf8_lossy(&equal.stdout);
-    assert!(equal.status.success(), "{stdout}{}", String::from_utf8_lossy(&equal.stderr));
-    assert_eq!(stdout, format!("the replica equals {url}: 3 subjects held\n"));
+    assert!(
+        equal.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&equal.stderr)
+    );
+    assert_eq!(
+        stdout,
+        format!("the replica equals {url}: 3 subjects held\n")
+    );
 
     // The node has r3 again (its delete is all the replica knows), and r1 changed.
-    listed.lock().unwrap().insert("acme/routes".into(), vec![
-        route("r1", "http://e.example/1"),
-        route("r2", "http://c.example/2"),
-        route("r3", "http://a.example/3"),
-    ]);
+    listed.lock().unwrap().insert(
+        "acme/routes".into(),
+        vec![
+            route("r1", "http://e.example/1"),
+            route("r2", "http://c.example/2"),
+            route("r3", "http://a.example/3"),
+        ],
+    );
     let differs = verify(&path, &url);
     assert_eq!(differs.status.code(), Some(1));
     let stdout = String::from_utf8_lossy(&differs.stdout);
@@ -96,7 +134,10 @@ async fn verify_exits_0_when_equal_and_1_with_each_difference() {
         r1("http://e.example/1"),
     ));
     let stderr = String::from_utf8_lossy(&differs.stderr);
-    assert!(stderr.contains(&format!("the replica differs from {url} in 2 subjects")), "{stderr}");
+    assert!(
+        stderr.contains(&format!("the replica differs from {url} in 2 subjects")),
+        "{stderr}"
+    );
     for output in [&equal, &differs] {
         let all = [&output.stdout[..], &output.stderr[..]].concat();
         assert!(!String::from_utf8_lossy(&all).contains(TOKEN));

@@ -195,15 +195,15 @@ async fn bad_signatures_are_401_and_bad_bodies_400_and_nothing_is_written() {
 }
 
 /// The real binary, its secret in the environment (never on the command line).
-fn spawn(out: &Path, port: u16) -> Child {
+fn spawn(out: &Path, port: u16, metrics: u16) -> Child {
     Command::new(env!("CARGO_BIN_EXE_ankusa"))
         .args([
             "follow",
             "webhook",
             "--listen",
             &format!("127.0.0.1:{port}"),
-            "--out",
         ])
+        .args(["--metrics", &format!("127.0.0.1:{metrics}"), "--out"])
         .arg(out)
         .env("ANKUSA_FOLLOW_SECRET", SECRET)
         .env_remove("RUST_LOG")
@@ -239,7 +239,7 @@ async fn the_binary_killed_with_9_keeps_what_it_answered_and_exits_cleanly_on_si
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}/");
     let events = scenario();
-    let mut child = spawn(&out, port);
+    let mut child = spawn(&out, port, free_port());
     until_listening(port).await;
     let outcomes = sink(&url, WebhookMode::Binary, SECRET)
         .send(&deliveries(&events[..9]))
@@ -252,13 +252,33 @@ async fn the_binary_killed_with_9_keeps_what_it_answered_and_exits_cleanly_on_si
         kept["replica"]["subjects"][FLEET]["acme/routes/r4"]["version"],
         format!("{:020}", 7)
     );
-    let mut child = spawn(&out, port);
+    let metrics = free_port();
+    let mut child = spawn(&out, port, metrics);
     until_listening(port).await;
     // The sink delivers again what it is not sure of, and the rest.
     let outcomes = sink(&url, WebhookMode::Binary, SECRET)
         .send(&deliveries(&events[5..]))
         .await;
     assert_eq!(outcomes, vec![Outcome::Delivered; events.len() - 5]);
+    let scraped = reqwest::get(format!("http://127.0.0.1:{metrics}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "ankusa_follow_events_total{outcome=\"applied\"} 2",
+        "ankusa_follow_events_total{outcome=\"stale\"} 8",
+        "ankusa_follow_events_total{outcome=\"marker\"} 2",
+        "ankusa_follow_snapshots_completed_total 1",
+        "ankusa_follow_subjects_pruned_total 1",
+        "ankusa_follow_subjects{state=\"present\"} 3",
+    ] {
+        assert!(
+            scraped.lines().any(|l| l == line),
+            "{line} not in\n{scraped}"
+        );
+    }
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
