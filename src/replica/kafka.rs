@@ -38,6 +38,8 @@ const METADATA_EVERY: Duration = Duration::from_secs(60);
 /// the lag gauge only.
 const LAG_EVERY: Duration = Duration::from_secs(5);
 const LAG_CATCHING_UP: Duration = Duration::from_millis(200);
+/// How long the loop pauses after a consumer error.
+const ERROR_PAUSE: Duration = Duration::from_millis(200);
 /// How long a metadata request may take.
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -108,12 +110,20 @@ pub async fn follow(
                 }
                 if metadata_at.elapsed() >= METADATA_EVERY {
                     metadata_at = Instant::now();
-                    follower.grow().await?;
+                    // Only a look for new partitions: the ones assigned go on meanwhile.
+                    if let Err(e) = follower.grow().await {
+                        tracing::warn!(error = %e, "kafka metadata refresh failed");
+                    }
                 }
             }
             received = consumer.recv() => match received {
                 Ok(message) => follower.read(&message),
-                Err(e) => tracing::warn!(error = %e, "kafka consumer error"),
+                Err(e) => {
+                    // Passing (a broker down, a rebalance of the cluster): librdkafka
+                    // retries; a pause keeps a lasting one from flooding the log.
+                    tracing::warn!(error = %e, "kafka consumer error");
+                    tokio::time::sleep(ERROR_PAUSE).await;
+                }
             },
         }
         if follower.pending >= follower.options.batch_events {
@@ -238,9 +248,8 @@ impl Follower {
         let started = Instant::now();
         let bytes = file::encode(&self.file);
         let (path, len) = (self.options.out.clone(), bytes.len());
-        tokio::task::spawn_blocking(move || file::write(&path, &bytes))
-            .await
-            .map_err(|e| FollowError::Kafka(format!("replica file write task: {e}")))??;
+        let written = tokio::task::spawn_blocking(move || file::write(&path, &bytes)).await;
+        written.map_err(|_| FollowError::Unwritten(self.options.out.clone()))??;
         let counts = self.file.replica.counts();
         self.metrics
             .written(len, started.elapsed().as_secs_f64(), counts);

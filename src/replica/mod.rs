@@ -50,8 +50,8 @@ pub enum FollowError {
         /// What the command asked for.
         asked: String,
     },
-    /// The last write of the replica file, at shutdown, failed (the log says why).
-    #[error("the replica file {0} could not be written at shutdown (see the log)")]
+    /// A write of the replica file failed or was cut short (the log says why).
+    #[error("the replica file {0} could not be written (see the log)")]
     Unwritten(PathBuf),
     /// Kafka refused the consumer or its topic.
     #[error("kafka: {0}")]
