@@ -293,4 +293,44 @@ mod tests {
         assert_eq!(e.detail, "data.entity is a string, not an object");
         assert_eq!(e.id, "e1");
     }
+
+    #[test]
+    fn snapshot_markers_are_read_whole_or_refused() {
+        let floor = json!({"kind": "source", "store": "urn:n", "floor": "00000000000000000004"});
+        let data = json!({"entity": {"id": "s1", "stores": [floor]}});
+        let Meaning::SnapshotStarted(started) =
+            read(&event("io.ankusa.snapshot.started", data, &[])).unwrap()
+        else {
+            panic!("a started marker");
+        };
+        assert_eq!(
+            (started.id.as_str(), started.stores[0].kind),
+            ("s1", Kind::Source)
+        );
+        let data = json!({"entity": {"id": "s1", "count": 3}});
+        let finished = read(&event("io.ankusa.snapshot.finished", data, &[])).unwrap();
+        assert_eq!(
+            finished,
+            Meaning::SnapshotFinished(Finished {
+                id: "s1".into(),
+                count: 3
+            })
+        );
+        let data = json!({"entity": {"id": "s1", "count": -1}});
+        let e = read(&event("io.ankusa.snapshot.finished", data, &[])).unwrap_err();
+        assert!(e.detail.starts_with("snapshot.finished entity: "), "{e}");
+        let item = [
+            ("subjectversion", V7),
+            ("subjectstore", "s"),
+            ("partitionkey", "k"),
+            ("snapshot", "s1"),
+        ];
+        let e = read(&event(
+            "io.ankusa.route.updated",
+            json!({"entity": {}}),
+            &item,
+        ))
+        .unwrap_err();
+        assert_eq!(e.detail, "only a refreshed event is a snapshot item");
+    }
 }
