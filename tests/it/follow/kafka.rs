@@ -283,3 +283,60 @@ fn committed(broker: &Broker) -> BTreeMap<i32, i64> {
         })
         .collect()
 }
+
+/// The follower's apply rate beside a bare consumer reading the same records (the issue's
+/// benchmark figure; run by hand, in release: `cargo nextest run --release --all-features
+/// --test it -E 'test(follow::kafka::apply_rate)' --run-ignored only`). `FOLLOW_RATE_EVENTS`
+/// sets the number of events (default 50 000), over 1000 routes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, run by hand"]
+async fn apply_rate_beside_a_bare_consumer() {
+    let n: u64 = std::env::var("FOLLOW_RATE_EVENTS").map_or(50_000, |v| v.parse().unwrap());
+    let broker = Broker::start();
+    broker.create_topic(TOPIC, PARTITIONS).await;
+    let events: Vec<Event> = (1..=n)
+        .map(|v| {
+            let id = format!("r{}", v % 1000);
+            let entity = route(&id, &format!("http://f.example/{v}"));
+            subject(v, "updated", &format!("acme/routes/{id}"), FLEET, v, entity)
+        })
+        .collect();
+    produce(&broker, &events).await;
+
+    let started = std::time::Instant::now();
+    let reader = kafka_reader(&broker.address, TOPIC, PARTITIONS);
+    for _ in 0..n {
+        let m = reader.recv().await.unwrap();
+        std::hint::black_box(m.payload());
+    }
+    let bare = started.elapsed();
+
+    let dir = tempfile::tempdir().unwrap();
+    let options = KafkaOptions {
+        brokers: broker.address.clone(),
+        topic: TOPIC.into(),
+        group: GROUP.into(),
+        out: dir.path().join("replica.json"),
+        batch_events: 5000,
+        batch_interval: Duration::from_millis(1000),
+        until_caught_up: true,
+    };
+    let metrics = Metrics::new();
+    let started = std::time::Instant::now();
+    kafka::follow(options, metrics.clone(), std::future::pending())
+        .await
+        .unwrap();
+    // The follower waits one idle batch interval to be sure it is caught up: not work.
+    let follow = started
+        .elapsed()
+        .saturating_sub(Duration::from_millis(1000));
+    assert_eq!(metrics.count("applied"), n);
+    let rate = |d: Duration| n as f64 / d.as_secs_f64();
+    eprintln!(
+        "events {n}: bare consumer {:.0}/s, ankusa follow {:.0}/s, ratio {:.2}, {} file writes",
+        rate(bare),
+        rate(follow),
+        bare.as_secs_f64() / follow.as_secs_f64(),
+        metrics.writes.get()
+    );
+}
