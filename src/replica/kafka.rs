@@ -385,4 +385,36 @@ mod tests {
         ));
         assert!(e.is_err());
     }
+
+    #[tokio::test]
+    async fn a_file_of_another_topic_is_refused_before_any_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("replica.json");
+        let mut other = ReplicaFile::default();
+        other.progress.kafka = Some(KafkaProgress {
+            topic: "a".into(),
+            next: [(0, 5)].into(),
+        });
+        file::save(&out, &other).unwrap();
+        let options = KafkaOptions {
+            brokers: "127.0.0.1:1".into(),
+            topic: "b".into(),
+            group: "g".into(),
+            out: out.clone(),
+            batch_events: 1,
+            batch_interval: Duration::from_millis(10),
+            until_caught_up: true,
+        };
+        let e = follow(options, Metrics::new(), std::future::pending())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "replica file {} follows kafka topic a, not kafka topic b: use another --out",
+                out.display()
+            )
+        );
+        assert_eq!(file::load(&out).unwrap(), Some(other), "left as it was");
+    }
 }
