@@ -35,6 +35,7 @@ pub mod cli;
 pub mod config;
 pub mod lifecycle;
 pub mod node;
+pub mod replica;
 pub mod store;
 pub mod subjects;
 pub mod telemetry;

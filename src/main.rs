@@ -34,6 +34,10 @@ enum Command {
     /// Back up a stopped store, list backups, restore one.
     #[command(subcommand)]
     Backup(cli::backup::BackupCommand),
+    /// Keep a replica of the routes and sources from the lifecycle events (Kafka or
+    /// webhook), and compare one with a node's admin API.
+    #[command(subcommand)]
+    Follow(cli::follow::FollowCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -59,6 +63,7 @@ fn main() -> ExitCode {
         }
         Command::Audit(AuditCommand::Tail(tail)) => cli::tail::run(&config, tail),
         Command::Backup(backup) => cli::backup::run(&config, backup, &mut std::io::stdout().lock()),
+        Command::Follow(follow) => cli::follow::run(follow, &mut std::io::stdout().lock()),
         Command::Token(token) => cli::token::run(
             token,
             &mut std::io::stdin().lock(),

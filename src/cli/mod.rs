@@ -1,6 +1,8 @@
-//! Subcommands of the `ankusa` binary other than `serve`: `audit tail`, `backup` and `token`.
+//! Subcommands of the `ankusa` binary other than `serve`: `audit tail`, `backup`, `follow` and
+//! `token`.
 
 pub mod backup;
+pub mod follow;
 pub mod progress;
 pub mod tail;
 pub mod token;

@@ -2,7 +2,8 @@
 //! support code.
 //!
 //! Modules are capabilities: `api` (the admin API over real HTTP), `trail` (the commit path,
-//! ceilings, retention), `lifecycle` (the publisher and its sinks), `routes` (the remote
+//! ceilings, retention), `lifecycle` (the publisher and its sinks), `follow` (the
+//! reference consumer, `ankusa follow`), `routes` (the remote
 //! route store and settlement), `restore` (backups, restores, incarnations), `node` (the
 //! real binary: logs, shipped configs), `crash` (kill -9 of a child process at named points)
 //! and `failpoints` (failures injected in this process). `support` is what they share.
@@ -15,6 +16,7 @@ mod api;
 mod crash;
 #[cfg(feature = "failpoints")]
 mod failpoints;
+mod follow;
 mod lifecycle;
 mod node;
 mod restore;

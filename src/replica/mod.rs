@@ -1,0 +1,75 @@
+//! The reference consumer of the lifecycle events (`ankusa follow`): a replica of the routes
+//! and sources kept exact by the contract's rule, from Kafka or from webhook requests.
+//!
+//! Parts, each its own file: [`event`] reads what a CloudEvent says (a change, a snapshot
+//! marker, or nothing), [`rule`] is the replica and the rule (pure, no I/O; [`snapshot`] its
+//! snapshot bookkeeping, [`version`] the 20-digit versions), [`file`] the replica file
+//! (replica and progress, replaced atomically), [`kafka`] and [`webhook`] the two consumers
+//! ([`signature`] the Standard Webhooks verification), [`verify`] the comparison with a
+//! node's admin API, [`progress`] and [`metrics`] what a running follower tells.
+//!
+//! A consumer is a function of its options and a shutdown future ([`kafka::follow`],
+//! [`webhook::Server::run`]), so a test runs one in its own process as the CLI does.
+//!
+//! Architecture invariant: this module knows nothing of the node's store, trail or
+//! subjects: it reads only what a consumer anywhere can read (events and the admin API).
+
+pub mod api;
+pub mod event;
+pub mod file;
+pub mod kafka;
+pub mod lag;
+pub mod metrics;
+pub mod progress;
+pub mod rule;
+pub mod signature;
+pub mod snapshot;
+pub mod verify;
+pub mod version;
+pub mod webhook;
+
+use std::path::PathBuf;
+
+pub use file::{FileError, ReplicaFile};
+pub use metrics::Metrics;
+pub use rule::{Entry, Replica};
+
+/// Why a follower stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum FollowError {
+    /// The replica file could not be read or written.
+    #[error(transparent)]
+    File(#[from] FileError),
+    /// The replica file was made from another source than the one asked for.
+    #[error("replica file {path} follows {found}, not {asked}: use another --out")]
+    Mismatch {
+        /// The file.
+        path: PathBuf,
+        /// What it follows.
+        found: String,
+        /// What the command asked for.
+        asked: String,
+    },
+    /// A write of the replica file failed or was cut short (the log says why).
+    #[error("the replica file {0} could not be written (see the log)")]
+    Unwritten(PathBuf),
+    /// Kafka refused the consumer or its topic.
+    #[error("kafka: {0}")]
+    Kafka(String),
+    /// The listen address could not be bound.
+    #[error("listening on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: String,
+        /// What failed.
+        source: std::io::Error,
+    },
+    /// Bad options (a secret that is not `whsec_<base64>`, ...); never shows a secret.
+    #[error("{0}")]
+    Options(String),
+}
+
+/// The time of `event` in unix ms, if it has one.
+pub(crate) fn event_time_ms(event: &cloudevents::Event) -> Option<i64> {
+    cloudevents::AttributesReader::time(event).map(|t| t.timestamp_millis())
+}
