@@ -69,8 +69,7 @@ pub async fn latency(brokers: &str) -> Stages {
     while publisher.statuses()[0].position < 1 {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    let (starts_tx, mut starts_rx) =
-        tokio::sync::mpsc::unbounded_channel::<(u64, Instant, f64)>();
+    let (starts_tx, mut starts_rx) = tokio::sync::mpsc::unbounded_channel::<(u64, Instant, f64)>();
     let watcher = {
         let publisher = publisher.clone();
         tokio::spawn(async move {

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
-use crate::replica::kafka::{self, KafkaOptions};
+use crate::replica::kafka::{self, KafkaOptions, Start};
 use crate::replica::verify::{self, VerifyOptions};
 use crate::replica::webhook::{Server, WebhookOptions};
 use crate::replica::{file, metrics, progress, Metrics};
@@ -78,6 +78,10 @@ pub struct KafkaArgs {
     /// The replica file (created if missing; holds the offsets too).
     #[arg(long)]
     pub out: PathBuf,
+    /// Where a new replica starts: every event the topic holds, or only what comes next
+    /// (then ask a node for a snapshot: POST /admin/v1/lifecycle/snapshot).
+    #[arg(long, value_enum, default_value_t = Start::Beginning)]
+    pub start: Start,
     /// Write the replica file after this many events...
     #[arg(long, default_value_t = 5000, value_name = "N")]
     pub batch_events: usize,
@@ -165,6 +169,7 @@ async fn follow_kafka(args: KafkaArgs, out: &mut dyn Write) -> anyhow::Result<()
         batch_events: args.batch_events.max(1),
         batch_interval: Duration::from_millis(args.batch_ms.max(1)),
         until_caught_up: verify.is_some(),
+        start: args.start,
     };
     let metrics = Metrics::new();
     let tasks = start_reporting(&metrics, args.metrics.as_deref(), true).await?;

@@ -61,6 +61,20 @@ pub struct KafkaOptions {
     /// Stop (after writing the replica) once every partition is read to its high
     /// watermark: catch up, then return (for `--verify`).
     pub until_caught_up: bool,
+    /// Where a partition the replica file has no offset for starts, at the first start.
+    pub start: Start,
+}
+
+/// Where a new replica starts reading.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Start {
+    /// Every event the topic still holds.
+    #[default]
+    Beginning,
+    /// Only what comes next: for a replica that bootstraps from a snapshot (ask a node for
+    /// one once the follower runs). The offsets it starts at go into the replica file with
+    /// its first write, so a restart goes on from there.
+    End,
 }
 
 /// The consumer's state between records.
@@ -181,13 +195,26 @@ impl Follower {
             return Ok(());
         }
         let topic = self.options.topic.clone();
-        let next = &self.progress().next;
+        // At the first start only: a partition found later is new, and read from its start.
+        let at_end = self.options.start == Start::End && self.assigned.borrow().is_empty();
         let mut list = TopicPartitionList::new();
         for &p in &partitions {
-            let offset = next
-                .get(&p)
-                .map_or(Offset::Beginning, |&o| Offset::Offset(o));
-            list.add_partition_offset(&topic, p, offset)
+            let saved = self.progress().next.get(&p).copied();
+            let offset = match saved {
+                Some(o) => o,
+                None if at_end => {
+                    let end = high_watermark(self.consumer.clone(), &topic, p).await?;
+                    self.progress().next.insert(p, end);
+                    self.pending += 1;
+                    end
+                }
+                None => {
+                    list.add_partition_offset(&topic, p, Offset::Beginning)
+                        .map_err(|e| FollowError::Kafka(e.to_string()))?;
+                    continue;
+                }
+            };
+            list.add_partition_offset(&topic, p, Offset::Offset(offset))
                 .map_err(|e| FollowError::Kafka(e.to_string()))?;
         }
         self.consumer
@@ -289,6 +316,21 @@ impl Follower {
             tracing::warn!(error = %e, "committing offsets to the consumer group failed");
         }
     }
+}
+
+/// The high watermark of partition `p` of `topic`: where a follower that starts at the end
+/// reads from.
+async fn high_watermark(
+    consumer: Arc<StreamConsumer>,
+    topic: &str,
+    p: i32,
+) -> Result<i64, FollowError> {
+    let topic = topic.to_owned();
+    tokio::task::spawn_blocking(move || consumer.fetch_watermarks(&topic, p, METADATA_TIMEOUT))
+        .await
+        .map_err(|e| FollowError::Kafka(e.to_string()))?
+        .map(|(_, high)| high)
+        .map_err(|e| FollowError::Kafka(e.to_string()))
 }
 
 /// The event of a record (binary or structured mode); `None` for a null value (a tombstone).

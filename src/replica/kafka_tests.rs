@@ -78,6 +78,7 @@ async fn a_file_of_another_topic_is_refused_before_any_connection() {
         batch_events: 1,
         batch_interval: Duration::from_millis(10),
         until_caught_up: true,
+        start: Default::default(),
     };
     let e = follow(options, Metrics::new(), std::future::pending())
         .await

@@ -16,6 +16,7 @@ mod api;
 mod crash;
 #[cfg(feature = "failpoints")]
 mod failpoints;
+mod fleet;
 mod follow;
 mod lifecycle;
 mod node;

@@ -171,6 +171,7 @@ async fn killed_with_9_mid_way_then_resumed_the_replica_is_exact() {
         batch_events: 100,
         batch_interval: Duration::from_millis(50),
         until_caught_up: true,
+        start: Default::default(),
     };
     let metrics = Metrics::new();
     let caught_up = kafka::follow(options, metrics.clone(), std::future::pending());
@@ -320,6 +321,7 @@ async fn apply_rate_beside_a_bare_consumer() {
         batch_events: 5000,
         batch_interval: Duration::from_millis(1000),
         until_caught_up: true,
+        start: Default::default(),
     };
     let metrics = Metrics::new();
     let started = std::time::Instant::now();

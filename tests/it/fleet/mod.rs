@@ -1,0 +1,318 @@
+//! A fleet, end to end: two nodes sharing one real Redis route store publish to one real
+//! broker (tansu) and one webhook endpoint while writers on both change the same routes at
+//! once (creates, updates, deletes, creates again) and each node's own sources; a node is
+//! killed with -9 and started again; the other is restored from a backup; the webhook
+//! consumer is down for a while (killed with -9). The replicas `ankusa follow` keeps (Kafka
+//! and webhook) must equal what the nodes' admin APIs list; and a consumer started after it
+//! all, at the end of the topic, bootstraps from snapshots to the same state.
+
+mod procs;
+
+use std::path::Path;
+use std::time::Duration;
+
+use ankusa_sinks::test_support::Broker;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use reqwest::Method;
+use serde_json::json;
+
+use crate::support::eventually;
+use crate::support::node::ADMIN;
+use crate::support::redis::RedisServer;
+use procs::{free_port, NodeProc, Proc, Shared};
+
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const ROUTES: u32 = 8;
+const SOURCES: u32 = 4;
+
+/// `ops` random changes through `node`'s API: routes shared with the other node, sources of
+/// its own. Refusals (409, 404), and errors while a node is down, are part of the schedule.
+async fn write(url: String, seed: u64, ops: usize) -> usize {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut applied = 0;
+    for i in 0..ops {
+        let route = rng.random_bool(0.7);
+        let (plural, n) = if route {
+            ("routes", ROUTES)
+        } else {
+            ("sources", SOURCES)
+        };
+        let id = format!("{}{}", &plural[..1], rng.random_range(0..n));
+        let base = format!("{url}/admin/v1/tenants/t1/{plural}");
+        let (method, path, body) = match rng.random_range(0..10) {
+            0..=2 => (Method::POST, base.clone(), Some(new(route, &id, i))),
+            3..=7 => (
+                Method::PATCH,
+                format!("{base}/{id}"),
+                Some(patch(route, seed, i)),
+            ),
+            _ => (Method::DELETE, format!("{base}/{id}"), None),
+        };
+        let mut request = client.request(method, path).bearer_auth(ADMIN);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        if let Ok(r) = request.send().await {
+            applied += usize::from(r.headers().contains_key("x-audit-seq"));
+        }
+    }
+    applied
+}
+
+fn new(route: bool, id: &str, i: usize) -> serde_json::Value {
+    match route {
+        true => json!({"id": id, "source": "s1", "destination": format!("https://a.test/{i}")}),
+        false => {
+            json!({"id": id, "kind": "webhook", "secret": "hunter2-sekrit", "config": {"i": i}})
+        }
+    }
+}
+
+fn patch(route: bool, seed: u64, i: usize) -> serde_json::Value {
+    match route {
+        true => json!({"destination": format!("https://b.test/{seed}/{i}")}),
+        false => json!({"config": {"seed": seed, "i": i}}),
+    }
+}
+
+/// Writers on both nodes at once.
+async fn both(a: &NodeProc, b: &NodeProc, seed: u64, ops: usize) -> usize {
+    let (x, y) = tokio::join!(
+        write(a.url.clone(), seed, ops),
+        write(b.url.clone(), seed + 1, ops)
+    );
+    x + y
+}
+
+/// `ankusa follow verify` of `replica` against `node`, for the shared store and the node's
+/// own: whether they are equal, and what it printed.
+fn verify(replica: &Path, node: &NodeProc, shared: &str) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ankusa"))
+        .args(["follow", "verify", "--replica"])
+        .arg(replica)
+        .args(["--url", &node.url, "--token", ADMIN, "--tenant", "t1"])
+        .args(["--store", shared, "--store", &node.uri])
+        .env_remove("ANKUSA_CONFIG")
+        .output()
+        .expect("run ankusa follow verify");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+/// What `replica` holds of `store`: the keys of the subjects that exist, sorted.
+fn held(replica: &Path, store: &str) -> Vec<String> {
+    let file: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(replica).expect("the replica file")).unwrap();
+    let subjects = file["replica"]["subjects"][store].as_object().cloned();
+    let mut keys: Vec<String> = subjects
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(_, s)| !s["entity"].is_null())
+        .map(|(k, _)| k)
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// What `node`'s API lists in tenant t1 under `plural`, as replica keys, sorted.
+async fn listed(node: &NodeProc, plural: &str) -> Vec<String> {
+    let page = node
+        .get(&format!("/admin/v1/tenants/t1/{plural}?limit=1000"))
+        .await;
+    let items = page["items"].as_array().expect("a page").iter();
+    let mut keys: Vec<String> = items
+        .map(|s| format!("t1/{plural}/{}", s["id"].as_str().unwrap()))
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// Wait until `replica` equals both nodes' state.
+async fn converged(what: &str, replica: &Path, nodes: [&NodeProc; 2], shared: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let differences: Vec<String> = nodes
+            .iter()
+            .map(|node| verify(replica, node, shared))
+            .filter(|(equal, _)| !equal)
+            .map(|(_, text)| text)
+            .collect();
+        if differences.is_empty() {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what} did not converge: {}",
+            differences.join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The Kafka follower of `topic` in group `group` into `out`.
+fn kafka_follower(dir: &Path, brokers: &str, topic: &str, group: &str, extra: &[&str]) -> Proc {
+    let out = dir.join(format!("{group}.json"));
+    let mut args: Vec<String> = ["follow", "kafka", "--brokers", brokers, "--topic", topic]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.extend(["--group".into(), group.into(), "--out".into()]);
+    args.push(out.to_str().unwrap().into());
+    args.extend(["--batch-ms".into(), "100".into()]);
+    args.extend(extra.iter().map(|s| s.to_string()));
+    Proc::new(args, dir.join(format!("{group}.log")))
+}
+
+/// One schedule of the fleet (see the module doc), from `seed`.
+async fn schedule(seed: u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = RedisServer::start();
+    let broker = Broker::start();
+    let topic = "lifecycle";
+    broker.create_topic(topic, 3).await;
+    let hook_port = free_port();
+    let hook_url = format!("http://127.0.0.1:{hook_port}/");
+    let webhook_out = dir.path().join("webhook.json");
+    let mut hook = Proc::new(
+        vec![
+            "follow".into(),
+            "webhook".into(),
+            "--listen".into(),
+            format!("127.0.0.1:{hook_port}"),
+            "--secret".into(),
+            SECRET.into(),
+            "--out".into(),
+            webhook_out.to_str().unwrap().into(),
+        ],
+        dir.path().join("webhook.log"),
+    );
+    hook.start();
+    let mut follower = kafka_follower(dir.path(), &broker.address, topic, "g1", &[]);
+    follower.start();
+    let shared = Shared {
+        redis_url: &redis.url(),
+        brokers: &broker.address,
+        topic,
+        hook_url: &hook_url,
+        hook_secret: SECRET,
+    };
+    let mut a = NodeProc::new(dir.path(), "node-a", &shared);
+    let mut b = NodeProc::new(dir.path(), "node-b", &shared);
+    a.start().await;
+    b.start().await;
+
+    // Writers on both; A is killed with -9 in the middle and started again.
+    let mut applied = both(&a, &b, seed, 60).await;
+    a.proc.kill9();
+    applied += write(b.url.clone(), seed + 2, 30).await;
+    a.start().await;
+    applied += both(&a, &b, seed + 3, 60).await;
+
+    // B is backed up; the webhook consumer goes down; more changes; B is killed and restored.
+    let backup = reqwest::Client::new()
+        .post(format!("{}/admin/v1/backups", b.url))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(backup.status(), 201);
+    hook.kill9();
+    applied += both(&a, &b, seed + 4, 60).await;
+    b.proc.kill9();
+    let restored = std::process::Command::new(env!("CARGO_BIN_EXE_ankusa"))
+        .args(["backup", "restore", "--from"])
+        .arg(&b.backups)
+        .arg("--store")
+        .arg(&b.data)
+        .arg("--force")
+        .env_remove("ANKUSA_CONFIG")
+        .output()
+        .unwrap();
+    assert!(restored.status.success(), "{restored:?}");
+    b.start().await;
+    hook.start();
+    applied += both(&a, &b, seed + 5, 40).await;
+    assert!(applied > 100, "the schedule made changes: {applied}");
+
+    a.drained().await;
+    b.drained().await;
+    let store: String = {
+        let client = redis::Client::open(redis.url()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        redis::cmd("GET")
+            .arg("ankusa:store_id")
+            .query_async(&mut conn)
+            .await
+            .unwrap()
+    };
+    let shared_store = format!("redis:{store}");
+    // The schedule did what it says: B runs a restored store, and there is state to keep.
+    let b_status = b.get("/admin/v1/lifecycle").await;
+    assert_eq!(b_status["incarnations"].as_array().unwrap().len(), 2);
+    let routes = listed(&a, "routes").await;
+    assert_eq!(routes, listed(&b, "routes").await, "routes are shared");
+    let (a_sources, b_sources) = (listed(&a, "sources").await, listed(&b, "sources").await);
+    assert!(!routes.is_empty() && !a_sources.is_empty() && !b_sources.is_empty());
+    let kafka_out = dir.path().join("g1.json");
+    converged("the Kafka replica", &kafka_out, [&a, &b], &shared_store).await;
+    converged("the webhook replica", &webhook_out, [&a, &b], &shared_store).await;
+    for replica in [&kafka_out, &webhook_out] {
+        assert_eq!(
+            held(replica, &shared_store),
+            routes,
+            "{}",
+            replica.display()
+        );
+        assert_eq!(held(replica, &a.uri), a_sources, "{}", replica.display());
+        assert_eq!(held(replica, &b.uri), b_sources, "{}", replica.display());
+    }
+
+    // A consumer that starts now, at the end of the topic, learns the state from snapshots.
+    let mut late = kafka_follower(
+        dir.path(),
+        &broker.address,
+        topic,
+        "g2",
+        &["--start", "end"],
+    );
+    late.start();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for node in [&a, &b] {
+        let r = reqwest::Client::new()
+            .post(format!("{}/admin/v1/lifecycle/snapshot", node.url))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 202);
+        let id = r.json::<serde_json::Value>().await.unwrap()["snapshot"]["id"].clone();
+        let finished = async || {
+            let last = &node.get("/admin/v1/lifecycle/snapshot").await["last"];
+            last["id"] == id && last["state"] == "finished"
+        };
+        eventually("the snapshot to finish", Duration::from_secs(60), finished).await;
+    }
+    let late_out = dir.path().join("g2.json");
+    converged("the late replica", &late_out, [&a, &b], &shared_store).await;
+    assert_eq!(
+        held(&late_out, &shared_store),
+        routes,
+        "every route, from snapshots"
+    );
+    assert_eq!(held(&late_out, &a.uri), a_sources);
+    assert_eq!(held(&late_out, &b.uri), b_sources);
+    drop((late, follower, hook));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_of_a_fleet_equal_its_state_through_crashes_restores_and_outages() {
+    for seed in [11, 4242] {
+        schedule(seed).await;
+    }
+}
