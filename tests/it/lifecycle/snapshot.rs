@@ -52,62 +52,19 @@ fn version(e: &Value) -> u64 {
     e["subjectversion"].as_str().unwrap().parse().unwrap()
 }
 
-/// The contract's rule, as a consumer applies it: per (store, key) the greatest version and
-/// its entity (`None`: deleted); a snapshot, once its finished event and all its items are
-/// in, deletes what it did not refresh at or below its floors.
-fn replica(events: &[Value]) -> BTreeMap<(String, String), (u64, Option<Value>)> {
-    let mut held: BTreeMap<(String, String), (u64, Option<Value>)> = BTreeMap::new();
-    for e in events {
-        let ty = e["type"].as_str().unwrap();
-        if e.get("subjectversion").is_none() {
-            continue;
-        }
-        let key = (
-            e["subjectstore"].as_str().unwrap().to_owned(),
-            e["partitionkey"].as_str().unwrap().to_owned(),
-        );
-        let v = version(e);
-        let entity = match ty.ends_with(".deleted") || e["data"]["entity"].is_null() {
-            true => None,
-            false => Some(e["data"]["entity"].clone()),
-        };
-        if held.get(&key).is_none_or(|(held, _)| v > *held) {
-            held.insert(key, (v, entity));
-        }
-    }
-    for finished in of_type(events, "io.ankusa.snapshot.finished") {
-        let id = finished["data"]["entity"]["id"].as_str().unwrap();
-        let items: Vec<&Value> = events.iter().filter(|e| e["snapshot"] == id).collect();
-        let refreshed: Vec<String> = items
-            .iter()
-            .filter(|e| e["type"].as_str().unwrap().ends_with(".refreshed"))
-            .map(|e| e["partitionkey"].as_str().unwrap().to_owned())
-            .collect();
-        assert_eq!(refreshed.len() as u64, finished["data"]["entity"]["count"]);
-        let started = of_type(events, "io.ankusa.snapshot.started")
-            .into_iter()
-            .find(|e| e["data"]["entity"]["id"] == id)
-            .expect("the started marker");
-        for s in started["data"]["entity"]["stores"].as_array().unwrap() {
-            let floor: u64 = s["floor"].as_str().unwrap().parse().unwrap();
-            let store = s["store"].as_str().unwrap();
-            let plural = format!("{}s", s["kind"].as_str().unwrap());
-            for ((st, key), (v, entity)) in held.iter_mut() {
-                let of_kind = key.split('/').nth(1) == Some(plural.as_str());
-                if st == store && of_kind && *v <= floor && !refreshed.contains(key) {
-                    (*v, *entity) = (floor, None);
-                }
-            }
-        }
-    }
-    held
-}
-
-/// What the replica holds, as `(partitionkey, entity)`.
+/// What a consumer that follows the rule (`ankusa::replica`) holds after `events`, as
+/// `(partitionkey, entity)`.
 fn present(events: &[Value]) -> BTreeMap<String, Value> {
-    replica(events)
-        .into_iter()
-        .filter_map(|((_, key), (_, entity))| entity.map(|e| (key, e)))
+    let mut replica = ankusa::replica::Replica::default();
+    for e in events {
+        let event: cloudevents::Event = serde_json::from_value(e.clone()).expect("a CloudEvent");
+        replica
+            .apply_event(&event)
+            .expect("an event of the contract");
+    }
+    replica
+        .present()
+        .map(|(_, key, entry)| (key.to_owned(), entry.entity.clone().unwrap()))
         .collect()
 }
 
