@@ -34,6 +34,9 @@ enum Command {
     /// Back up a stopped store, list backups, restore one.
     #[command(subcommand)]
     Backup(cli::backup::BackupCommand),
+    /// Check the configuration without starting a node, or print the effective one.
+    #[command(subcommand)]
+    Config(cli::config::ConfigCommand),
     /// Keep a replica of the routes and sources from the lifecycle events (Kafka or
     /// webhook), and compare one with a node's admin API.
     #[command(subcommand)]
@@ -63,6 +66,12 @@ fn main() -> ExitCode {
         }
         Command::Audit(AuditCommand::Tail(tail)) => cli::tail::run(&config, tail),
         Command::Backup(backup) => cli::backup::run(&config, backup, &mut std::io::stdout().lock()),
+        Command::Config(command) => cli::config::run(
+            &config,
+            args.config.as_deref(),
+            command,
+            &mut std::io::stdout().lock(),
+        ),
         Command::Follow(follow) => cli::follow::run(follow, &mut std::io::stdout().lock()),
         Command::Token(token) => cli::token::run(
             token,

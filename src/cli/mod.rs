@@ -1,7 +1,8 @@
-//! Subcommands of the `ankusa` binary other than `serve`: `audit tail`, `backup`, `follow` and
-//! `token`.
+//! Subcommands of the `ankusa` binary other than `serve`: `audit tail`, `backup`, `config`,
+//! `follow` and `token`.
 
 pub mod backup;
+pub mod config;
 pub mod follow;
 pub mod progress;
 pub mod tail;

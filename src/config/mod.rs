@@ -17,6 +17,7 @@ mod lifecycle;
 mod load;
 mod node;
 mod remote;
+mod show;
 #[cfg(test)]
 mod tests;
 
@@ -25,6 +26,7 @@ pub use audit::{AuditConfig, SettlementConfig};
 pub use lifecycle::LifecycleConfig;
 pub use node::{relative_within, within, NodeConfig};
 pub use remote::{RemoteStoreKind, RoutesConfig, SourceStoreKind, SourcesConfig};
+pub use show::{redact, REDACTED};
 
 use serde::Deserialize;
 

@@ -6,7 +6,7 @@
 //! and webhook) must equal what the nodes' admin APIs list; and a consumer started after it
 //! all, at the end of the topic, bootstraps from snapshots to the same state.
 
-mod procs;
+pub(crate) mod procs;
 
 use std::path::Path;
 use std::time::Duration;
