@@ -90,10 +90,22 @@ async fn bare(brokers: &str, round: usize, n: u64) -> Run {
         .set("enable.auto.commit", "false")
         .create()
         .unwrap();
+    // The topic's partitions first, as the follower learns them: a consumer assigned
+    // partitions it has no metadata for yet waits about a second before its first fetch.
+    let consumer = Arc::new(consumer);
+    let metadata = {
+        let consumer = consumer.clone();
+        tokio::task::spawn_blocking(move || {
+            consumer.fetch_metadata(Some(TOPIC), Duration::from_secs(10))
+        })
+        .await
+        .unwrap()
+        .unwrap()
+    };
     let mut assignment = TopicPartitionList::new();
-    for p in 0..PARTITIONS {
+    for partition in metadata.topics()[0].partitions() {
         assignment
-            .add_partition_offset(TOPIC, p, Offset::Beginning)
+            .add_partition_offset(TOPIC, partition.id(), Offset::Beginning)
             .unwrap();
     }
     consumer.assign(&assignment).unwrap();
