@@ -150,7 +150,10 @@ async fn follower(brokers: &str, round: usize, n: u64) -> (Run, Duration) {
     ));
     // Every record is the create of a distinct route: applied once each.
     while metrics.count("applied") < n {
-        assert!(!following.is_finished(), "the follower stopped early");
+        if following.is_finished() {
+            let ended = following.await.unwrap();
+            panic!("the follower stopped before it applied every record: {ended:?}");
+        }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let run = clock.stop(n);
