@@ -12,6 +12,7 @@ bench: ## Throughput and latency figures, as ratios against raw baselines
 	scripts/tansu
 	cargo bench --bench commit
 	cargo bench --bench publish
+	cargo bench --bench replica
 	cargo bench --bench retention
 
 lint:  ## Formatting and clippy, as CI wants them
