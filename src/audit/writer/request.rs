@@ -78,18 +78,17 @@ impl Request {
     /// keeps of unwritten groups), which only the store holds: it waits for every group
     /// before it to be on disk. A dual write's begin and finish do not: they read and write
     /// pending rows through the group's and the unwritten groups' overlays, as a commit reads
-    /// subjects, so they share group commits with commits and with each other.
+    /// subjects; nor does a refresh row (a restore's, a snapshot's item), which reads nothing.
+    /// They share group commits with commits and with each other.
     pub(super) fn reads_trail(&self) -> bool {
         match self {
             Request::Commit { .. }
             | Request::Advance(_)
             | Request::Begin(_)
             | Request::Finish(_)
-            | Request::Shutdown(_) => false,
-            Request::Sweep(_)
-            | Request::Settle(_)
             | Request::Refresh(_)
-            | Request::RefreshDone(_) => true,
+            | Request::Shutdown(_) => false,
+            Request::Sweep(_) | Request::Settle(_) | Request::RefreshDone(_) => true,
         }
     }
 }
