@@ -13,6 +13,7 @@ bench: ## Throughput and latency figures, as ratios against raw baselines
 	cargo bench --bench commit
 	cargo bench --bench publish
 	cargo bench --bench retention
+	cargo bench --bench load
 
 lint:  ## Formatting and clippy, as CI wants them
 	cargo fmt --all -- --check
