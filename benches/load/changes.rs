@@ -124,7 +124,10 @@ impl Conn {
             .get("x-audit-seq")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
-        let text = r.text().await.map_err(|e| format!("{method} {path}: body: {e}"))?;
+        let text = r
+            .text()
+            .await
+            .map_err(|e| format!("{method} {path}: body: {e}"))?;
         match seq {
             Some(seq) if status == want => Ok(seq),
             _ => Err(format!(

@@ -11,7 +11,13 @@ use crate::stats::{Failures, Point};
 
 /// Changes of `kind` on `conns` connections to the node at `base` for `run_for`, from a
 /// runtime of the load generator's own.
-pub fn measure(runtime: &tokio::runtime::Runtime, base: &str, kind: Kind, conns: usize, run_for: Duration) -> Point {
+pub fn measure(
+    runtime: &tokio::runtime::Runtime,
+    base: &str,
+    kind: Kind,
+    conns: usize,
+    run_for: Duration,
+) -> Point {
     runtime.block_on(async {
         // Every connection creates its subject first (and so opens its connection), then
         // all start at once.

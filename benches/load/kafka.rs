@@ -29,14 +29,17 @@ use crate::stats::{percentile, Failures};
 /// How often the position is read.
 const POLL: Duration = Duration::from_micros(250);
 /// Connections of the paced load.
-const CONNS: usize = 64;
+pub const CONNS: usize = 64;
 /// How long the events of a run may take to be confirmed after its last change.
 const DRAIN: Duration = Duration::from_secs(30);
 
 /// One run at one rate.
 pub struct Run {
-    /// The rate the changes were sent at.
+    /// The rate the changes were scheduled at.
     pub rate: f64,
+    /// The rate they were answered at: changes made over the time from the first scheduled
+    /// send to the last answer (under `rate` when the node did not keep up).
+    pub answered_rate: f64,
     /// HTTP 200 to confirmed, ms.
     pub confirmed_p50: f64,
     pub confirmed_p99: f64,
@@ -87,7 +90,9 @@ pub fn run(
     let waiting: Waiting = Arc::default();
     let done = Arc::new(AtomicBool::new(false));
     let watcher = watch(sink.to_owned(), waiting.clone(), done.clone());
-    let (http, sent) = load.block_on(paced(&conns, rate, run_for, &waiting, &mut failures));
+    let (http, answered_rate) =
+        load.block_on(paced(&conns, rate, run_for, &waiting, &mut failures));
+    let sent = http.len();
     done.store(true, Ordering::Relaxed);
     let mut confirmed = watcher.join().expect("the position watcher");
     let unconfirmed = waiting.lock().unwrap().len();
@@ -101,6 +106,7 @@ pub fn run(
     confirmed.sort_unstable();
     Run {
         rate,
+        answered_rate,
         confirmed_p50: percentile(&confirmed, 0.50),
         confirmed_p99: percentile(&confirmed, 0.99),
         confirmed_max: percentile(&confirmed, 1.0),
@@ -110,14 +116,15 @@ pub fn run(
     }
 }
 
-/// Send the changes, paced; hand back the HTTP latencies (sorted) and the changes made.
+/// Send the changes, paced; hand back the HTTP latencies (sorted) and the rate they were
+/// answered at.
 async fn paced(
     conns: &[Arc<Conn>],
     rate: f64,
     run_for: Duration,
     waiting: &Waiting,
     failures: &mut Failures,
-) -> (Vec<Duration>, usize) {
+) -> (Vec<Duration>, f64) {
     let t0 = tokio::time::Instant::now() + Duration::from_millis(10);
     let end = t0 + run_for;
     let n = conns.len();
@@ -153,15 +160,20 @@ async fn paced(
         http.extend(h);
         failures.merge(f);
     }
+    let took = tokio::time::Instant::now() - t0;
     http.sort_unstable();
-    let sent = http.len();
-    (http, sent)
+    let answered = http.len() as f64 / took.as_secs_f64();
+    (http, answered)
 }
 
 /// A thread that reads the position every [`POLL`] and moves every waiting change it
 /// covers to the latencies it hands back, until `done` and nothing waits (or [`DRAIN`]
 /// after `done`).
-fn watch(sink: String, waiting: Waiting, done: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<Duration>> {
+fn watch(
+    sink: String,
+    waiting: Waiting,
+    done: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<Vec<Duration>> {
     std::thread::spawn(move || {
         let mut latencies = Vec::new();
         let mut drain_until = None;

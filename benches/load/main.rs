@@ -141,13 +141,13 @@ fn latency(load: &tokio::runtime::Runtime, half_rate: f64, run_for: Duration) ->
     let cluster = MockCluster::new(1).expect("a Kafka MockCluster");
     let brokers = cluster.bootstrap_servers();
     println!(
-        "commit to Kafka-confirmed (MockCluster), route changes (memory store), open loop on {} connections, {:.1} s per run",
-        64,
+        "commit to Kafka-confirmed (MockCluster), route changes (memory store), open loop on {} connections, {:.1} s per run; latencies in ms",
+        kafka::CONNS,
         run_for.as_secs_f64()
     );
     println!(
-        "{:>8} {:>4} {:>10} {:>10} {:>10} {:>10} {:>10}",
-        "rate/s", "run", "http p50", "http p99", "conf p50", "conf p99", "conf max"
+        "{:>8} {:>4} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "rate/s", "run", "answered/s", "http p50", "http p99", "conf p50", "conf p99", "conf max"
     );
     let mut failures = Failures::default();
     for (r, rate) in [1000.0, half_rate].into_iter().enumerate() {
@@ -158,8 +158,9 @@ fn latency(load: &tokio::runtime::Runtime, half_rate: f64, run_for: Duration) ->
             let sink = format!("kafka{r}x{run}");
             let k = kafka::run(load, &brokers, &topic, &sink, rate, run_for);
             println!(
-                "{:>8.0} {run:>4} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2}{}",
+                "{:>8.0} {run:>4} {:>10.0} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2}{}",
                 k.rate,
+                k.answered_rate,
                 k.http_p50,
                 k.http_p99,
                 k.confirmed_p50,
@@ -170,7 +171,9 @@ fn latency(load: &tokio::runtime::Runtime, half_rate: f64, run_for: Duration) ->
             p99s.push(k.confirmed_p99);
             failures.merge(k.failures);
         }
-        let (lo, hi) = p99s.iter().fold((f64::MAX, f64::MIN), |(l, h), p| (l.min(*p), h.max(*p)));
+        let (lo, hi) = p99s
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(l, h), p| (l.min(*p), h.max(*p)));
         println!(
             "{rate:>8.0} confirmed p99 over {runs} runs: {lo:.2}-{hi:.2} ms (median {:.2})",
             stats::median(p99s.clone())
@@ -186,5 +189,6 @@ fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
 
 /// Whether `name` is a part to run: `ANKUSA_BENCH_ONLY` (comma-separated), all when unset.
 fn part(name: &str) -> bool {
-    std::env::var("ANKUSA_BENCH_ONLY").map_or(true, |only| only.split(',').any(|p| p.trim() == name))
+    std::env::var("ANKUSA_BENCH_ONLY")
+        .map_or(true, |only| only.split(',').any(|p| p.trim() == name))
 }

@@ -26,10 +26,11 @@ pub struct Node {
 /// sinks (flagged rows still go to the outbox), then `tweak`.
 fn config(dir: &std::path::Path, tweak: impl FnOnce(&mut Value)) -> Config {
     use figment::providers::Format as _;
-    let mut v: Value =
-        figment::Figment::from(figment::providers::Toml::string(ankusa::config::DEFAULT_TOML))
-            .extract()
-            .expect("the default config");
+    let mut v: Value = figment::Figment::from(figment::providers::Toml::string(
+        ankusa::config::DEFAULT_TOML,
+    ))
+    .extract()
+    .expect("the default config");
     v["node"]["data_dir"] = json!(dir.join("data"));
     v["node"]["backup_dir"] = json!(dir.join("backups"));
     v["api"]["tokens"] = json!([{"name": "bench", "sha256": digest_hex(TOKEN),

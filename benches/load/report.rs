@@ -81,7 +81,11 @@ impl Table {
             "conns", "change", "changes/s", "p50 ms", "p99 ms", "vs raw"
         );
         for n in CONNS {
-            for series in Series::ALL.into_iter().filter(|s| *s != Series::Raw).chain([Series::Raw]) {
+            for series in Series::ALL
+                .into_iter()
+                .filter(|s| *s != Series::Raw)
+                .chain([Series::Raw])
+            {
                 let points = self.rounds(series, n);
                 let of = |f: fn(&Point) -> f64| median(points.iter().map(f).collect());
                 let (_, vs_raw) = self.paired((series, n), (Series::Raw, n));
@@ -96,7 +100,10 @@ impl Table {
             }
         }
         println!("(medians of the rounds; vs raw: the median of each round's ratio to raw synced batches at the same concurrency)");
-        for (store, route) in [("memory", Series::RouteMemory), ("redis", Series::RouteRedis)] {
+        for (store, route) in [
+            ("memory", Series::RouteMemory),
+            ("redis", Series::RouteRedis),
+        ] {
             self.ratio(
                 &format!("route ({store}) at 64 / override at 64"),
                 (route, 64),
@@ -126,7 +133,14 @@ impl Table {
     pub fn max_route_rate(&self) -> f64 {
         CONNS
             .iter()
-            .map(|n| median(self.rounds(Series::RouteMemory, *n).iter().map(|p| p.rate).collect()))
+            .map(|n| {
+                median(
+                    self.rounds(Series::RouteMemory, *n)
+                        .iter()
+                        .map(|p| p.rate)
+                        .collect(),
+                )
+            })
             .fold(0.0, f64::max)
     }
 
