@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::Barrier;
 
 use crate::changes::{Conn, Kind};
+use crate::cpu::Cpu;
 use crate::stats::{Failures, Point};
+use crate::GENERATOR;
 
 /// Changes of `kind` on `conns` connections to the node at `base` for `run_for`, from a
 /// runtime of the load generator's own.
@@ -47,6 +49,7 @@ pub fn measure(
         }
         start.wait().await;
         let began = Instant::now();
+        let cpu = Cpu::now(GENERATOR);
         let mut latencies = Vec::new();
         let mut failures = Failures::default();
         for t in tasks {
@@ -56,7 +59,7 @@ pub fn measure(
         }
         // The changes begun before the deadline, over the time they all took to answer.
         let elapsed = began.elapsed();
-        Point::of(latencies, elapsed, failures)
+        Point::of(latencies, elapsed, (cpu, Cpu::now(GENERATOR)), failures)
     })
 }
 

@@ -22,6 +22,7 @@
 
 mod changes;
 mod closed;
+mod cpu;
 mod kafka;
 mod node;
 #[path = "../shared/raw.rs"]
@@ -41,6 +42,9 @@ use crate::redis::Redis;
 use crate::report::{Series, Table};
 use crate::stats::{Failures, Point};
 
+/// The prefix of the load generator's thread names (its CPU time is not the node's).
+pub const GENERATOR: &str = "load";
+
 /// Connections of the throughput points.
 pub const CONNS: [usize; 3] = [1, 8, 64];
 
@@ -49,7 +53,7 @@ fn main() {
     let rounds: usize = env("ANKUSA_BENCH_ROUNDS").unwrap_or(3);
     let load = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .thread_name("load")
+        .thread_name(GENERATOR)
         .build()
         .expect("the load generator's runtime");
     let mut failures = Failures::default();
@@ -120,6 +124,7 @@ fn measure(
 fn raw_point(n: usize, run_for: Duration) -> Point {
     let value = vec![b's'; 300];
     let (row, entity) = (vec![b'r'; 430], vec![b'e'; 70]);
+    let before = cpu::Cpu::now(GENERATOR);
     let raw = raw::synced_batches(n, run_for, move |t, i, b| {
         b.put(format!("s/t{t}-{i}"), &value);
         b.put(format!("a/t{t}-{i}"), &row);
@@ -127,10 +132,14 @@ fn raw_point(n: usize, run_for: Duration) -> Point {
         b.put(b"m:audit_seq", i.to_be_bytes());
         b.put(b"m:audit_usage", br#"{"rows":1,"bytes":1,"seq":1}"#);
     });
+    let cpu_us = cpu::Cpu::now(GENERATOR).map_or(f64::NAN, |c| {
+        c.per_change_since(before, raw.latencies.len())
+    });
     Point {
         rate: raw.rate,
         p50: stats::percentile(&raw.latencies, 0.50),
         p99: stats::percentile(&raw.latencies, 0.99),
+        cpu_us,
         failures: Failures::default(),
     }
 }

@@ -47,11 +47,12 @@ impl Table {
     /// Record (and print) round `round`'s point of `series` at `n` connections.
     pub fn add(&mut self, round: usize, series: Series, n: usize, point: Point) {
         println!(
-            "round {round} {n:>3} conns {:<17} {:>9.0}/s  p50 {:>7.2} ms  p99 {:>7.2} ms{}",
+            "round {round} {n:>3} conns {:<17} {:>9.0}/s  p50 {:>7.2} ms  p99 {:>7.2} ms  cpu {:>6.0} us{}",
             series.name(),
             point.rate,
             point.p50,
             point.p99,
+            point.cpu_us,
             failed(&point.failures)
         );
         self.points.entry((series, n)).or_default().push(point);
@@ -77,8 +78,8 @@ impl Table {
     pub fn print(&self) {
         println!();
         println!(
-            "{:>5}  {:<17} {:>10} {:>8} {:>8} {:>8}",
-            "conns", "change", "changes/s", "p50 ms", "p99 ms", "vs raw"
+            "{:>5}  {:<17} {:>10} {:>8} {:>8} {:>8} {:>8}",
+            "conns", "change", "changes/s", "p50 ms", "p99 ms", "cpu us", "vs raw"
         );
         for n in CONNS {
             for series in Series::ALL
@@ -90,16 +91,17 @@ impl Table {
                 let of = |f: fn(&Point) -> f64| median(points.iter().map(f).collect());
                 let (_, vs_raw) = self.paired((series, n), (Series::Raw, n));
                 println!(
-                    "{n:>5}  {:<17} {:>10.0} {:>8.2} {:>8.2} {:>8.2}",
+                    "{n:>5}  {:<17} {:>10.0} {:>8.2} {:>8.2} {:>8.0} {:>8.2}",
                     series.name(),
                     of(|p| p.rate),
                     of(|p| p.p50),
                     of(|p| p.p99),
+                    of(|p| p.cpu_us),
                     vs_raw
                 );
             }
         }
-        println!("(medians of the rounds; vs raw: the median of each round's ratio to raw synced batches at the same concurrency)");
+        println!("(medians of the rounds; cpu: the process's CPU time per change apart from the load generator's threads; vs raw: the median of each round's ratio to raw synced batches at the same concurrency)");
         for (store, route) in [
             ("memory", Series::RouteMemory),
             ("redis", Series::RouteRedis),

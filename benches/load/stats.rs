@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::cpu::Cpu;
+
 /// Failed requests: how many, and the first few answers, to print.
 #[derive(Default)]
 pub struct Failures {
@@ -39,14 +41,26 @@ pub struct Point {
     pub rate: f64,
     pub p50: f64,
     pub p99: f64,
+    /// CPU time of the process apart from the load generator, per change, in microseconds.
+    pub cpu_us: f64,
     pub failures: Failures,
 }
 
 impl Point {
-    /// The point of `latencies` (any order) over `elapsed`.
-    pub fn of(mut latencies: Vec<Duration>, elapsed: Duration, failures: Failures) -> Point {
+    /// The point of `latencies` (any order) over `elapsed`, which took `cpu` since `before`.
+    pub fn of(
+        mut latencies: Vec<Duration>,
+        elapsed: Duration,
+        cpu: (Option<Cpu>, Option<Cpu>),
+        failures: Failures,
+    ) -> Point {
         latencies.sort_unstable();
+        let cpu_us = match cpu {
+            (before, Some(after)) => after.per_change_since(before, latencies.len()),
+            _ => f64::NAN,
+        };
         Point {
+            cpu_us,
             rate: latencies.len() as f64 / elapsed.as_secs_f64(),
             p50: percentile(&latencies, 0.50),
             p99: percentile(&latencies, 0.99),
