@@ -20,8 +20,10 @@ use std::time::{Duration, Instant};
 
 use ankusa::audit::{Change, CommitError, Context, Limits, SystemClock, Trail, TrailOptions};
 use ankusa::store::Cf;
-use rocksdb::{WriteBatch, WriteOptions, DB};
 use serde_json::json;
+
+#[path = "shared/raw.rs"]
+mod raw;
 
 /// Rounds of ours and raw per concurrency.
 const ROUNDS: usize = 3;
@@ -143,45 +145,16 @@ fn bench_ours(committers: usize, run_for: Duration) -> f64 {
 }
 
 fn bench_raw(threads: usize, run_for: Duration) -> f64 {
-    let dir = tempfile::tempdir().unwrap();
-    let mut opts = rocksdb::Options::default();
-    opts.create_if_missing(true);
-    let db = Arc::new(DB::open(&opts, dir.path()).unwrap());
     // The bytes one commit of ours writes: subject, row, outbox entity, two meta counters.
     let value = serde_json::to_vec(&subject("c0-0")).unwrap();
     let row = vec![b'r'; 430];
     let entity = vec![b'e'; 70];
-    let stop = Arc::new(AtomicBool::new(false));
-    let count = Arc::new(AtomicU64::new(0));
-    let handles: Vec<_> = (0..threads)
-        .map(|t| {
-            let (db, stop, count) = (db.clone(), stop.clone(), count.clone());
-            let (value, row, entity) = (value.clone(), row.clone(), entity.clone());
-            std::thread::spawn(move || {
-                let mut wo = WriteOptions::default();
-                wo.set_sync(true);
-                let mut i = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    let mut b = WriteBatch::default();
-                    b.put(format!("s/t{t}-{i}"), &value);
-                    b.put(format!("a/t{t}-{i}"), &row);
-                    b.put(format!("o/t{t}-{i}"), &entity);
-                    b.put(b"m:audit_seq", i.to_be_bytes());
-                    b.put(b"m:audit_usage", br#"{"rows":1,"bytes":1,"seq":1}"#);
-                    db.write_opt(b, &wo).unwrap();
-                    i += 1;
-                    count.fetch_add(1, Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
-    let started = Instant::now();
-    std::thread::sleep(run_for);
-    let done = count.load(Ordering::Relaxed);
-    let elapsed = started.elapsed();
-    stop.store(true, Ordering::Relaxed);
-    for h in handles {
-        h.join().unwrap();
-    }
-    done as f64 / elapsed.as_secs_f64()
+    raw::synced_batches(threads, run_for, move |t, i, b| {
+        b.put(format!("s/t{t}-{i}"), &value);
+        b.put(format!("a/t{t}-{i}"), &row);
+        b.put(format!("o/t{t}-{i}"), &entity);
+        b.put(b"m:audit_seq", i.to_be_bytes());
+        b.put(b"m:audit_usage", br#"{"rows":1,"bytes":1,"seq":1}"#);
+    })
+    .rate
 }

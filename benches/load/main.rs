@@ -1,0 +1,203 @@
+//! Changes through the admin API of the real node over loopback, beside raw synced RocksDB
+//! batches, in one run.
+//!
+//! 1. Throughput: for 1, 8 and 64 connections (HTTP/1.1 keep-alive, one request in flight
+//!    each, closed loop), changes/s and p50/p99 of an override, a source change and a route
+//!    change (memory route store, and Redis: a redis-server the bench starts on loopback),
+//!    beside raw synced batches of about the same bytes from as many OS threads. Each point
+//!    is a fresh node on a fresh store; every request must be a real change (its status and
+//!    an `X-Audit-Seq`), and failures are counted and printed.
+//! 2. The issue's ratios, per round and their median: route/override at 64 connections, and
+//!    route at 64 / route at 1, for both route stores.
+//! 3. Commit to Kafka-confirmed (see `kafka.rs`): route changes at 1,000/s and at half the
+//!    highest route rate of part 1, `ANKUSA_BENCH_LATENCY_RUNS` runs each, with the HTTP p99
+//!    of each run beside its confirmed p99, so commit and delivery tails are told apart.
+//!
+//! Each round measures every point once, in the same order, so the figures of a round saw
+//! the same machine; the table gives medians over `ANKUSA_BENCH_ROUNDS` rounds (default 3).
+//! `ANKUSA_BENCH_SECS` is the time per point (default 3); `ANKUSA_BENCH_ONLY` picks parts
+//! (`throughput,latency`; without throughput, the half rate is `ANKUSA_BENCH_HALF_RATE`,
+//! default 1,000); `ANKUSA_BENCH_REDIS_FSYNC` is the Redis `appendfsync` (default everysec).
+//! A run with a failure exits with status 1.
+
+mod changes;
+mod closed;
+mod cpu;
+mod kafka;
+mod node;
+#[path = "../shared/raw.rs"]
+mod raw;
+mod redis;
+mod report;
+mod stats;
+
+use std::time::Duration;
+
+use rdkafka::mocking::MockCluster;
+use serde_json::json;
+
+use crate::changes::Kind;
+use crate::node::Node;
+use crate::redis::Redis;
+use crate::report::{Series, Table};
+use crate::stats::{Failures, Point};
+
+/// The prefix of the load generator's thread names (its CPU time is not the node's).
+pub const GENERATOR: &str = "load";
+
+/// Connections of the throughput points.
+pub const CONNS: [usize; 3] = [1, 8, 64];
+
+fn main() {
+    let run_for = Duration::from_secs_f64(env("ANKUSA_BENCH_SECS").unwrap_or(3.0));
+    let rounds: usize = env("ANKUSA_BENCH_ROUNDS").unwrap_or(3);
+    let load = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name(GENERATOR)
+        .build()
+        .expect("the load generator's runtime");
+    let mut failures = Failures::default();
+    let mut half_rate = env("ANKUSA_BENCH_HALF_RATE").unwrap_or(1000.0);
+    if part("throughput") {
+        let redis = Redis::start();
+        println!(
+            "load bench: the node over loopback, {rounds} rounds of {:.1} s per point; Redis appendfsync {}",
+            run_for.as_secs_f64(),
+            redis.fsync
+        );
+        let mut table = Table::default();
+        for round in 1..=rounds {
+            for n in CONNS {
+                for series in Series::ALL {
+                    let point = measure(&load, &redis, series, n, round, run_for);
+                    table.add(round, series, n, point);
+                }
+            }
+        }
+        table.print();
+        half_rate = table.max_route_rate() / 2.0;
+        failures.merge(table.failures());
+    }
+    if part("latency") {
+        failures.merge(latency(&load, half_rate, run_for));
+    }
+    if failures.count > 0 {
+        println!("FAILED: {} failed requests; the first:", failures.count);
+        for f in &failures.samples {
+            println!("  {f}");
+        }
+        std::process::exit(1);
+    }
+}
+
+/// One throughput point of `series` at `n` connections, on a fresh node (or raw store).
+fn measure(
+    load: &tokio::runtime::Runtime,
+    redis: &Redis,
+    series: Series,
+    n: usize,
+    round: usize,
+    run_for: Duration,
+) -> Point {
+    let node = match series {
+        Series::Raw => return raw_point(n, run_for),
+        Series::RouteRedis => Node::start(|v| {
+            v["routes"]["store"] = json!("redis");
+            v["routes"]["redis_url"] = json!(redis.url);
+            // A prefix per point: each starts with no routes.
+            v["routes"]["key_prefix"] = json!(format!("bench-{round}-{n}:"));
+        }),
+        _ => Node::start(|_| {}),
+    };
+    let kind = match series {
+        Series::Override => Kind::Override,
+        Series::Source => Kind::Source,
+        _ => Kind::Route,
+    };
+    let point = closed::measure(load, &node.base, kind, n, run_for);
+    node.stop();
+    point
+}
+
+/// Raw synced batches from `n` threads, each of about a change's bytes: a source-sized
+/// value, a row, an outbox entity and the two meta counters (as `benches/commit.rs`).
+fn raw_point(n: usize, run_for: Duration) -> Point {
+    let value = vec![b's'; 300];
+    let (row, entity) = (vec![b'r'; 430], vec![b'e'; 70]);
+    let before = cpu::Cpu::now(GENERATOR);
+    let raw = raw::synced_batches(n, run_for, move |t, i, b| {
+        b.put(format!("s/t{t}-{i}"), &value);
+        b.put(format!("a/t{t}-{i}"), &row);
+        b.put(format!("o/t{t}-{i}"), &entity);
+        b.put(b"m:audit_seq", i.to_be_bytes());
+        b.put(b"m:audit_usage", br#"{"rows":1,"bytes":1,"seq":1}"#);
+    });
+    let cpu_us = cpu::Cpu::now(GENERATOR).map_or(f64::NAN, |c| {
+        c.per_change_since(before, raw.latencies.len())
+    });
+    Point {
+        rate: raw.rate,
+        p50: stats::percentile(&raw.latencies, 0.50),
+        p99: stats::percentile(&raw.latencies, 0.99),
+        cpu_us,
+        failures: Failures::default(),
+    }
+}
+
+/// Part 3: the commit-to-confirmed runs at 1,000/s and at `half_rate`, to a MockCluster.
+fn latency(load: &tokio::runtime::Runtime, half_rate: f64, run_for: Duration) -> Failures {
+    let runs: usize = env("ANKUSA_BENCH_LATENCY_RUNS").unwrap_or(3);
+    let cluster = MockCluster::new(1).expect("a Kafka MockCluster");
+    let brokers = cluster.bootstrap_servers();
+    println!(
+        "commit to Kafka-confirmed (MockCluster), route changes (memory store), open loop on {} connections, {:.1} s per run; latencies in ms",
+        kafka::CONNS,
+        run_for.as_secs_f64()
+    );
+    println!(
+        "{:>8} {:>4} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "rate/s", "run", "answered/s", "http p50", "http p99", "conf p50", "conf p99", "conf max"
+    );
+    let mut failures = Failures::default();
+    for (r, rate) in [1000.0, half_rate].into_iter().enumerate() {
+        let mut p99s = vec![];
+        for run in 1..=runs {
+            let topic = format!("lifecycle-{r}-{run}");
+            cluster.create_topic(&topic, 8, 1).expect("a topic");
+            let sink = format!("kafka{r}x{run}");
+            let k = kafka::run(load, &brokers, &topic, &sink, rate, run_for);
+            println!(
+                "{:>8.0} {run:>4} {:>10.0} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2}{}",
+                k.rate,
+                k.answered_rate,
+                k.http_p50,
+                k.http_p99,
+                k.confirmed_p50,
+                k.confirmed_p99,
+                k.confirmed_max,
+                report::failed(&k.failures)
+            );
+            p99s.push(k.confirmed_p99);
+            failures.merge(k.failures);
+        }
+        let (lo, hi) = p99s
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(l, h), p| (l.min(*p), h.max(*p)));
+        println!(
+            "{rate:>8.0} confirmed p99 over {runs} runs: {lo:.2}-{hi:.2} ms (median {:.2})",
+            stats::median(p99s.clone())
+        );
+    }
+    failures
+}
+
+/// A numeric setting from the environment.
+fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
+    std::env::var(name).ok().and_then(|s| s.parse().ok())
+}
+
+/// Whether `name` is a part to run: `ANKUSA_BENCH_ONLY` (comma-separated), all when unset.
+fn part(name: &str) -> bool {
+    std::env::var("ANKUSA_BENCH_ONLY")
+        .map_or(true, |only| only.split(',').any(|p| p.trim() == name))
+}

@@ -1,0 +1,166 @@
+//! The throughput points of every round, the table of their medians, and the ratios
+//! (each computed within a round, then the median of the rounds).
+
+use std::collections::BTreeMap;
+
+use crate::stats::{median, Failures, Point};
+use crate::CONNS;
+
+/// What a throughput point measures.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+pub enum Series {
+    Override,
+    Source,
+    RouteMemory,
+    RouteRedis,
+    Raw,
+}
+
+impl Series {
+    /// Every series, in the order a round measures them.
+    pub const ALL: [Series; 5] = [
+        Series::Raw,
+        Series::Override,
+        Series::Source,
+        Series::RouteMemory,
+        Series::RouteRedis,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Series::Override => "override",
+            Series::Source => "source",
+            Series::RouteMemory => "route (memory)",
+            Series::RouteRedis => "route (redis)",
+            Series::Raw => "raw synced batch",
+        }
+    }
+}
+
+/// Every point, by series and connections, one per round in round order.
+#[derive(Default)]
+pub struct Table {
+    points: BTreeMap<(Series, usize), Vec<Point>>,
+}
+
+impl Table {
+    /// Record (and print) round `round`'s point of `series` at `n` connections.
+    pub fn add(&mut self, round: usize, series: Series, n: usize, point: Point) {
+        println!(
+            "round {round} {n:>3} conns {:<17} {:>9.0}/s  p50 {:>7.2} ms  p99 {:>7.2} ms  cpu {:>6.0} us{}",
+            series.name(),
+            point.rate,
+            point.p50,
+            point.p99,
+            point.cpu_us,
+            failed(&point.failures)
+        );
+        self.points.entry((series, n)).or_default().push(point);
+    }
+
+    fn rounds(&self, series: Series, n: usize) -> &[Point] {
+        self.points.get(&(series, n)).map_or(&[], Vec::as_slice)
+    }
+
+    /// `f(round's a, round's b)` for every round, and their median.
+    fn paired(&self, a: (Series, usize), b: (Series, usize)) -> (Vec<f64>, f64) {
+        let ratios: Vec<f64> = self
+            .rounds(a.0, a.1)
+            .iter()
+            .zip(self.rounds(b.0, b.1))
+            .map(|(a, b)| a.rate / b.rate)
+            .collect();
+        let m = median(ratios.clone());
+        (ratios, m)
+    }
+
+    /// The table of medians, then the ratios.
+    pub fn print(&self) {
+        println!();
+        println!(
+            "{:>5}  {:<17} {:>10} {:>8} {:>8} {:>8} {:>8}",
+            "conns", "change", "changes/s", "p50 ms", "p99 ms", "cpu us", "vs raw"
+        );
+        for n in CONNS {
+            for series in Series::ALL
+                .into_iter()
+                .filter(|s| *s != Series::Raw)
+                .chain([Series::Raw])
+            {
+                let points = self.rounds(series, n);
+                let of = |f: fn(&Point) -> f64| median(points.iter().map(f).collect());
+                let (_, vs_raw) = self.paired((series, n), (Series::Raw, n));
+                println!(
+                    "{n:>5}  {:<17} {:>10.0} {:>8.2} {:>8.2} {:>8.0} {:>8.2}",
+                    series.name(),
+                    of(|p| p.rate),
+                    of(|p| p.p50),
+                    of(|p| p.p99),
+                    of(|p| p.cpu_us),
+                    vs_raw
+                );
+            }
+        }
+        println!("(medians of the rounds; cpu: the process's CPU time per change apart from the load generator's threads; vs raw: the median of each round's ratio to raw synced batches at the same concurrency)");
+        for (store, route) in [
+            ("memory", Series::RouteMemory),
+            ("redis", Series::RouteRedis),
+        ] {
+            self.ratio(
+                &format!("route ({store}) at 64 / override at 64"),
+                (route, 64),
+                (Series::Override, 64),
+                0.8,
+            );
+            self.ratio(
+                &format!("route ({store}) at 64 / route at 1"),
+                (route, 64),
+                (route, 1),
+                10.0,
+            );
+        }
+    }
+
+    fn ratio(&self, what: &str, a: (Series, usize), b: (Series, usize), target: f64) {
+        let (rounds, m) = self.paired(a, b);
+        let rounds: Vec<String> = rounds.iter().map(|r| format!("{r:.2}")).collect();
+        println!(
+            "{what:<40} {m:>6.2} (rounds {}; target >= {target}: {})",
+            rounds.join(", "),
+            if m >= target { "met" } else { "not met" }
+        );
+    }
+
+    /// The highest median route rate (memory store) over the concurrencies.
+    pub fn max_route_rate(&self) -> f64 {
+        CONNS
+            .iter()
+            .map(|n| {
+                median(
+                    self.rounds(Series::RouteMemory, *n)
+                        .iter()
+                        .map(|p| p.rate)
+                        .collect(),
+                )
+            })
+            .fold(0.0, f64::max)
+    }
+
+    /// Every point's failures.
+    pub fn failures(&mut self) -> Failures {
+        let mut all = Failures::default();
+        for p in self.points.values_mut().flatten() {
+            all.merge(std::mem::take(&mut p.failures));
+        }
+        all
+    }
+}
+
+/// `"  FAILED: n"` after a figure whose measurement had failures, else nothing.
+pub fn failed(failures: &Failures) -> String {
+    if failures.count == 0 {
+        String::new()
+    } else {
+        format!("  FAILED: {} failures", failures.count)
+    }
+}

@@ -1,0 +1,85 @@
+//! What a measurement saw (rate, latency percentiles, failures), and medians over rounds.
+
+use std::time::Duration;
+
+use crate::cpu::Cpu;
+
+/// Failed requests: how many, and the first few answers, to print.
+#[derive(Default)]
+pub struct Failures {
+    /// Every failure.
+    pub count: u64,
+    /// The first [`Failures::KEPT`] of them, as text.
+    pub samples: Vec<String>,
+}
+
+impl Failures {
+    const KEPT: usize = 5;
+
+    /// Count one, keeping its text if few are kept yet.
+    pub fn add(&mut self, what: String) {
+        self.count += 1;
+        if self.samples.len() < Self::KEPT {
+            self.samples.push(what);
+        }
+    }
+
+    /// Add `other`'s.
+    pub fn merge(&mut self, other: Failures) {
+        self.count += other.count;
+        for s in other.samples {
+            if self.samples.len() < Self::KEPT {
+                self.samples.push(s);
+            }
+        }
+    }
+}
+
+/// One measurement: a rate and its latencies' percentiles, in milliseconds.
+pub struct Point {
+    /// Successful changes (or batches) per second.
+    pub rate: f64,
+    pub p50: f64,
+    pub p99: f64,
+    /// CPU time of the process apart from the load generator, per change, in microseconds.
+    pub cpu_us: f64,
+    pub failures: Failures,
+}
+
+impl Point {
+    /// The point of `latencies` (any order) over `elapsed`, which took `cpu` since `before`.
+    pub fn of(
+        mut latencies: Vec<Duration>,
+        elapsed: Duration,
+        cpu: (Option<Cpu>, Option<Cpu>),
+        failures: Failures,
+    ) -> Point {
+        latencies.sort_unstable();
+        let cpu_us = match cpu {
+            (before, Some(after)) => after.per_change_since(before, latencies.len()),
+            _ => f64::NAN,
+        };
+        Point {
+            cpu_us,
+            rate: latencies.len() as f64 / elapsed.as_secs_f64(),
+            p50: percentile(&latencies, 0.50),
+            p99: percentile(&latencies, 0.99),
+            failures,
+        }
+    }
+}
+
+/// The `p` percentile of sorted `latencies`, in milliseconds (NaN when there are none).
+pub fn percentile(latencies: &[Duration], p: f64) -> f64 {
+    if latencies.is_empty() {
+        return f64::NAN;
+    }
+    let at = ((latencies.len() as f64 * p) as usize).min(latencies.len() - 1);
+    latencies[at].as_secs_f64() * 1000.0
+}
+
+/// The median of `figures` (the upper one of an even count).
+pub fn median(mut figures: Vec<f64>) -> f64 {
+    figures.sort_by(f64::total_cmp);
+    figures[figures.len() / 2]
+}
