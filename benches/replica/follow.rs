@@ -25,8 +25,8 @@ use crate::report::{report, ROUNDS};
 use crate::{PARTITIONS, TOPIC};
 
 /// The follower's batching: the CLI's defaults (`--batch-events`, `--batch-ms`).
-const BATCH_EVENTS: usize = 5000;
-const BATCH_INTERVAL: Duration = Duration::from_millis(1000);
+const BATCH_EVENTS: usize = ankusa::replica::kafka::DEFAULT_BATCH_EVENTS;
+const BATCH_INTERVAL: Duration = Duration::from_millis(ankusa::replica::kafka::DEFAULT_BATCH_MS);
 
 pub async fn follow(n: u64) {
     println!("follow benchmark ({n} route events in tansu, {PARTITIONS} partitions)");

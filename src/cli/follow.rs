@@ -83,10 +83,10 @@ pub struct KafkaArgs {
     #[arg(long, value_enum, default_value_t = Start::Beginning)]
     pub start: Start,
     /// Write the replica file after this many events...
-    #[arg(long, default_value_t = 5000, value_name = "N")]
+    #[arg(long, default_value_t = kafka::DEFAULT_BATCH_EVENTS, value_name = "N")]
     pub batch_events: usize,
     /// ...or after this many milliseconds.
-    #[arg(long, default_value_t = 1000, value_name = "MS")]
+    #[arg(long, default_value_t = kafka::DEFAULT_BATCH_MS, value_name = "MS")]
     pub batch_ms: u64,
     /// Catch up (every partition read to its end), then compare with the node at this URL
     /// and exit: 0 when equal, 1 on a difference.

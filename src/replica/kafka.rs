@@ -43,6 +43,15 @@ const ERROR_PAUSE: Duration = Duration::from_millis(200);
 /// How long a metadata request may take.
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Events between two writes of the replica file, at most. Each write encodes the whole
+/// replica, so its cost grows with it: at full speed the file is written about once a
+/// `DEFAULT_BATCH_INTERVAL`, not once every few thousand events. A kill -9 re-reads at most
+/// one batch, which the rule makes harmless.
+pub const DEFAULT_BATCH_EVENTS: usize = 50_000;
+
+/// The longest an applied event waits to be written (ms).
+pub const DEFAULT_BATCH_MS: u64 = 1000;
+
 /// What a Kafka follower needs.
 #[derive(Debug, Clone)]
 pub struct KafkaOptions {
