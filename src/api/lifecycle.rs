@@ -144,12 +144,15 @@ pub async fn enable(
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NewSnapshot {
-    /// The kinds to snapshot (`route`, `source`; default: every kind).
+    /// The kinds to snapshot (`route`, `source`; default: every kind). Sent as `null`, a 422:
+    /// leave it out.
+    #[serde(default, deserialize_with = "crate::subjects::present")]
     pub kinds: Option<Vec<String>>,
 }
 
 /// `POST /admin/v1/lifecycle/snapshot`: publish the present state of every route and source
-/// (or of `kinds`) as a snapshot. 202 with the snapshot, which runs on after the answer;
+/// (or of `kinds`) as a snapshot. 202 with the snapshot, which runs on after the answer, and
+/// `X-Audit-Seq` the seq of its `snapshot.request` row;
 /// 409 `snapshot_in_progress` while one runs (`conflict` with lifecycle events off). One audit row (`snapshot.request`); the
 /// snapshot's own rows are system rows, never refused.
 pub async fn snapshot(
@@ -165,7 +168,7 @@ pub async fn snapshot(
     }
     let kinds = body.unwrap_or_default().kinds;
     let started = state.snapshots.request(ctx, kinds).await;
-    let progress = started.map_err(|e| match e {
+    let (progress, seq) = started.map_err(|e| match e {
         SnapshotError::InProgress => ApiError::Conflict {
             code: "snapshot_in_progress",
             message: "a snapshot is running; retry once it is done".into(),
@@ -176,7 +179,9 @@ pub async fn snapshot(
         ),
         SnapshotError::Commit(e) => ApiError::uncommitted(e, |()| ApiError::Internal),
     })?;
-    Ok((StatusCode::ACCEPTED, Json(json!({"snapshot": progress}))).into_response())
+    let mut answer = (StatusCode::ACCEPTED, Json(json!({"snapshot": progress}))).into_response();
+    answer.headers_mut().insert("x-audit-seq", seq.into());
+    Ok(answer)
 }
 
 /// `GET /admin/v1/lifecycle/snapshot`: the snapshot running (with its items so far) and the

@@ -184,12 +184,12 @@ impl Snapshots {
     }
 
     /// An operator's request for a snapshot of `kinds` (`None`: all): its audit row
-    /// (`snapshot.request`), then the snapshot in a task of its own.
+    /// (`snapshot.request`, whose seq comes back), then the snapshot in a task of its own.
     pub async fn request(
         &self,
         ctx: Context,
         kinds: Option<Vec<String>>,
-    ) -> Result<Progress, SnapshotError> {
+    ) -> Result<(Progress, u64), SnapshotError> {
         let kinds = self.pick(kinds)?;
         let progress = self.begin(&kinds, Reason::Request)?;
         let id = progress.id;
@@ -200,16 +200,19 @@ impl Snapshots {
             .trail
             .commit(ctx, move |_| Ok::<_, CommitError<()>>((row, ())))
             .await;
-        if let Err(e) = recorded {
-            self.end(Err("the request was not recorded".into()));
-            return Err(SnapshotError::Commit(e));
-        }
+        let seq = match recorded {
+            Ok(committed) => committed.seq,
+            Err(e) => {
+                self.end(Err("the request was not recorded".into()));
+                return Err(SnapshotError::Commit(e));
+            }
+        };
         let this = self.clone();
         self.inner.tasks.spawn(async move {
             let ended = this.run(id, &kinds).await;
             this.end(ended.map(|_| ()).map_err(|e| e.to_string()));
         });
-        Ok(progress)
+        Ok((progress, seq))
     }
 
     /// Take a snapshot of `kinds` (`None`: every kind) now, to its end, for `reason`;

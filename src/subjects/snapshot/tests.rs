@@ -61,7 +61,7 @@ async fn one_runs_at_a_time_and_shows_its_progress() {
         fail: false,
     });
     let (trail, s) = snapshots(dir.path(), kind.clone());
-    let first = s.request(Context::system(), None).await.unwrap();
+    let (first, seq) = s.request(Context::system(), None).await.unwrap();
     assert_eq!(first.state, State::Running);
     assert!(matches!(
         s.request(Context::system(), None).await,

@@ -95,6 +95,10 @@ async fn an_operator_snapshot_publishes_every_subject_between_its_markers() {
         )
         .await;
     assert_error(&bad, 422, "invalid_input");
+    let null = node
+        .call(Method::POST, SNAPSHOT, ADMIN, Some(json!({"kinds": null})))
+        .await;
+    assert_error(&null, 422, "invalid_input");
     let reader = node.call(Method::POST, SNAPSHOT, READER, None).await;
     assert_eq!(reader.status, StatusCode::FORBIDDEN);
 
@@ -202,6 +206,11 @@ async fn an_operator_snapshot_publishes_every_subject_between_its_markers() {
     assert_eq!(request[0]["actor"], "alice");
     assert_eq!(request[0]["resource"], format!("snapshots/{id}"));
     assert_eq!(request[0]["detail"], json!({"kinds": ["route", "source"]}));
+    assert_eq!(
+        request[0]["seq"].as_u64(),
+        asked.seq(),
+        "X-Audit-Seq names it"
+    );
     let marker = rows
         .iter()
         .find(|r| r["action"] == "snapshot.start")
