@@ -85,6 +85,7 @@ async fn one_runs_at_a_time_and_shows_its_progress() {
         actions,
         ["snapshot.request", "snapshot.start", "snapshot.finish"]
     );
+    assert_eq!(rows[0].seq, seq, "the request names its row");
     let id = first.id.to_string();
     assert!(rows.iter().all(|r| r.resource == format!("snapshots/{id}")));
     assert_eq!(rows[1].snapshot.as_deref(), Some(id.as_str()));
