@@ -1,6 +1,6 @@
 //! The publisher's events (`ankusa_lifecycle_*`), per sink: deliveries, retries, dead
 //! letters (made, and held against `lifecycle.max_dead_letters`), errors by kind, delivery
-//! latency, and each sink's persisted position and lag.
+//! latency, commit-to-confirmation time, and each sink's persisted position and lag.
 //!
 //! The sink's name is the only label besides a low-cardinality error kind (the sinks'
 //! outcome reasons are fixed strings). The sinks crate counts nothing itself: every outcome
@@ -22,6 +22,7 @@ struct Metrics {
     dead_letters: IntGaugeVec,
     errors: IntCounterVec,
     delivery_seconds: HistogramVec,
+    confirmed_seconds: HistogramVec,
     sink_position: IntGaugeVec,
     sink_lag_seconds: IntGaugeVec,
 }
@@ -58,6 +59,12 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
         &["sink"],
         exponential_buckets(0.0005, 2.0, 16),
     ),
+    confirmed_seconds: histogram_vec(
+        "lifecycle_confirmed_seconds",
+        "Time from a row's commit to its event's confirmation by a sink",
+        &["sink"],
+        exponential_buckets(0.001, 2.0, 18),
+    ),
     sink_position: gauge_vec(
         "lifecycle_sink_position",
         "The last seq a sink confirmed (persisted)",
@@ -76,6 +83,16 @@ pub fn delivery_attempted(sink: &str, elapsed: Duration) {
         .delivery_seconds
         .with_label_values(&[sink])
         .observe(elapsed.as_secs_f64());
+}
+
+/// A sink confirmed (or dead-lettered) the events of the rows committed at `ats` (unix ms),
+/// now: one observation each of the time from its commit.
+pub fn events_confirmed(sink: &str, ats: &[u64]) {
+    let now = chrono::Utc::now().timestamp_millis().max(0) as u64;
+    let histogram = METRICS.confirmed_seconds.with_label_values(&[sink]);
+    for at in ats {
+        histogram.observe(now.saturating_sub(*at) as f64 / 1000.0);
+    }
 }
 
 /// A batch's outcomes were handled: `delivered` confirmed, `dead` dead-lettered.
@@ -118,6 +135,7 @@ pub fn position_reported(sink: &str, position: u64, lag: Duration) {
 #[cfg(test)]
 pub(super) fn touch_every_metric() {
     delivery_attempted("file", Duration::from_millis(1));
+    events_confirmed("file", &[1]);
     batch_handled("file", 1, 1);
     dead_letters_held("file", 1);
     sink_failed("file", "publisher", true);

@@ -135,7 +135,7 @@ fn register<M: Collector + Clone + 'static>(metric: prometheus::Result<M>) -> M 
 mod tests {
     /// Every metric the node exports with its labels, as dashboards and alerts know them
     /// (histograms also have `le`). A name here changes only with the operators' runbook.
-    const METRICS: [&str; 32] = [
+    const METRICS: [&str; 33] = [
         "ankusa_audit_ceiling{ceiling}",
         "ankusa_audit_clock_jumps_total{direction}",
         "ankusa_audit_group_commit_seconds",
@@ -156,6 +156,7 @@ mod tests {
         "ankusa_audit_usage_recounts_total{reason}",
         "ankusa_audit_usage_rows",
         "ankusa_audit_write_errors_total",
+        "ankusa_lifecycle_confirmed_seconds{sink}",
         "ankusa_lifecycle_dead_lettered_total{sink}",
         "ankusa_lifecycle_dead_letters{sink}",
         "ankusa_lifecycle_delivered_total{sink}",

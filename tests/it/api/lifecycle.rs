@@ -90,6 +90,9 @@ async fn status_dead_letters_redrive_and_drop() {
         .unwrap();
     for line in [
         r#"ankusa_lifecycle_delivered_total{sink="file"} 2"#,
+        // Each event, delivered or dead-lettered, from its commit to its confirmation.
+        r#"ankusa_lifecycle_confirmed_seconds_count{sink="file"} 2"#,
+        r#"ankusa_lifecycle_confirmed_seconds_count{sink="hook"} 2"#,
         r#"ankusa_lifecycle_dead_lettered_total{sink="hook"} 2"#,
         r#"ankusa_lifecycle_sink_position{sink="hook"} 2"#,
     ] {

@@ -34,6 +34,12 @@ impl Lane {
             s.dead_lettered += dead_lettered;
         });
         telemetry::lifecycle::batch_handled(&self.spec.name, tally.delivered, dead_lettered);
+        let handled = page
+            .deliveries
+            .iter()
+            .take_while(|d| d.seq <= tally.to)
+            .count();
+        telemetry::lifecycle::events_confirmed(&self.spec.name, &page.ats[..handled]);
         // Freeing a page's events is a thousand small frees: not on the lane's task.
         drop(tokio::task::spawn_blocking(move || drop(oldest.page)));
         if tally.to > self.position {
