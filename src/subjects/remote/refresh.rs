@@ -295,6 +295,10 @@ async fn attempt(
     report: &mut Report,
     page: usize,
 ) -> Result<(), (&'static str, StoreError)> {
+    if left.is_empty() {
+        // Every kind is refreshed (a retry of the snapshot that follows): no scan.
+        return Ok(());
+    }
     let started = Instant::now();
     let kinds = left.iter().map(|k| k.kind().to_owned()).collect();
     let mut states = trail.remote_states(kinds).await.map_err(|e| ("trail", e))?;
