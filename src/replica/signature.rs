@@ -13,8 +13,7 @@ use base64::Engine;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-/// The prefix of a Standard Webhooks secret; the rest is the base64 of the key.
-const SECRET_PREFIX: &str = "whsec_";
+use ankusa_sinks::webhook::signing::{message_mac, parse_secret};
 
 /// How far a request's timestamp may be from now, in seconds.
 pub const TOLERANCE_SECS: i64 = 5 * 60;
@@ -103,12 +102,7 @@ impl Verifier {
             .filter_map(|s| BASE64.decode(s).ok())
             .collect();
         for key in &self.keys {
-            let mut mac = key.clone();
-            mac.update(id.as_bytes());
-            mac.update(b".");
-            mac.update(timestamp.as_bytes());
-            mac.update(b".");
-            mac.update(body);
+            let mac = message_mac(key, id, timestamp, body);
             if candidates
                 .iter()
                 .any(|c| mac.clone().verify_slice(c).is_ok())
@@ -118,15 +112,6 @@ impl Verifier {
         }
         Err(Refused::Mismatch)
     }
-}
-
-/// The keyed HMAC of a `whsec_<base64>` secret, if it is one.
-fn parse_secret(secret: &str) -> Option<Hmac<Sha256>> {
-    let key = BASE64.decode(secret.strip_prefix(SECRET_PREFIX)?).ok()?;
-    if key.is_empty() {
-        return None;
-    }
-    Hmac::<Sha256>::new_from_slice(&key).ok()
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 //! `webhook-id` and the same body bytes.
 
 mod config;
-mod signing;
+pub mod signing;
 mod sink;
 #[cfg(test)]
 mod tests;

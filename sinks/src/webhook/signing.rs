@@ -4,7 +4,8 @@
 //! over the exact bytes they received, and dedupe on `webhook-id`. Several secrets may be
 //! configured at once so that a key can be rotated without a window of failed verifications:
 //! every request carries one signature per secret, and the receiver accepts any that matches.
-//! Keys never leave this module: `Signer` has no accessor and a redacted `Debug`.
+//! `Signer` has no accessor and a redacted `Debug`; `parse_secret` and `message_mac` are the
+//! same computation for a receiver that verifies (`ankusa follow webhook`).
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
@@ -55,13 +56,9 @@ impl Signer {
     /// seconds) with `body`: one `v1,<base64>` per key, space-separated.
     pub(crate) fn sign(&self, id: &str, timestamp: i64, body: &[u8]) -> String {
         let mut header = String::with_capacity(self.keys.len() * 48);
+        let timestamp = timestamp.to_string();
         for key in &self.keys {
-            let mut mac = key.clone();
-            mac.update(id.as_bytes());
-            mac.update(b".");
-            mac.update(timestamp.to_string().as_bytes());
-            mac.update(b".");
-            mac.update(body);
+            let mac = message_mac(key, id, &timestamp, body);
             if !header.is_empty() {
                 header.push(' ');
             }
@@ -72,8 +69,21 @@ impl Signer {
     }
 }
 
+/// The MAC of message `id` sent at `timestamp` (unix seconds, as the header carries it) with
+/// `body`, under `key`: HMAC-SHA256 of `{id}.{timestamp}.{body}`. The sink signs with it and
+/// a receiver (`ankusa follow webhook`) verifies with it.
+pub fn message_mac(key: &Hmac<Sha256>, id: &str, timestamp: &str, body: &[u8]) -> Hmac<Sha256> {
+    let mut mac = key.clone();
+    mac.update(id.as_bytes());
+    mac.update(b".");
+    mac.update(timestamp.as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    mac
+}
+
 /// The keyed HMAC of a `whsec_<base64>` secret, if it is one.
-fn parse_secret(secret: &str) -> Option<Hmac<Sha256>> {
+pub fn parse_secret(secret: &str) -> Option<Hmac<Sha256>> {
     let key = BASE64.decode(secret.strip_prefix(SECRET_PREFIX)?).ok()?;
     if key.is_empty() {
         return None;
