@@ -112,27 +112,15 @@ impl<T: RemoteSubject> Refreshable for Remote<T> {
     async fn refresh(&self, states: &mut TrailStates, page: usize) -> Result<Counts, StoreError> {
         let page = page.max(1);
         let mut counts = Counts::default();
-        let store = self.store.version().await?.store;
-        for tenant in self.store.tenants().await? {
-            let mut after: Option<String> = None;
-            loop {
-                let subjects = self.store.list(&tenant, after.as_deref(), page).await?;
-                let mut offers = Vec::with_capacity(subjects.len());
-                for found in &subjects {
-                    let resource = resource::<T>(found.subject.id());
-                    let known = states.take(T::KIND, &tenant, &resource);
-                    let stamp = Stamp {
-                        version: found.version,
-                        store: store.clone(),
-                    };
-                    offers.push(offer(&found.subject, stamp, resource, known)?);
-                }
-                self.offer(offers, &mut counts).await?;
-                if subjects.len() < page {
-                    break;
-                }
-                after = subjects.last().map(|s| s.subject.id().to_owned());
+        let mut pages = self.pages(page).await?;
+        while let Some((tenant, subjects)) = pages.next().await? {
+            let mut offers = Vec::with_capacity(subjects.len());
+            for (subject, stamp) in subjects {
+                let resource = resource::<T>(subject.id());
+                let known = states.take(T::KIND, &tenant, &resource);
+                offers.push(offer(&subject, stamp, resource, known)?);
             }
+            self.offer(offers, &mut counts).await?;
         }
         let rest = states.rest(T::KIND);
         for chunk in rest.chunks(page) {

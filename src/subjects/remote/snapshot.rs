@@ -22,35 +22,23 @@ impl<T: RemoteSubject> SnapshotKind for Remote<T> {
     }
 
     async fn items(&self, id: &str, page: usize, written: &Written<'_>) -> Result<u64, StoreError> {
-        let store = self.store.version().await?.store;
         let mut count = 0;
-        for tenant in self.store.tenants().await? {
-            let mut after: Option<String> = None;
-            loop {
-                let subjects = self.store.list(&tenant, after.as_deref(), page).await?;
-                let mut items = Vec::with_capacity(subjects.len());
-                for found in &subjects {
-                    let stamp = Stamp {
-                        version: found.version,
-                        store: store.clone(),
-                    };
-                    let name = resource::<T>(found.subject.id());
-                    let mut item = offer(&found.subject, stamp, name, None)?;
-                    item.snapshot = Some(id.to_owned());
-                    items.push(self.trail.refresh(item));
-                }
-                let mut n = 0;
-                for item in join_all(items).await {
-                    n += u64::from(item?.is_some());
-                }
-                count += n;
-                if !written(n) {
-                    return Err(stopping());
-                }
-                if subjects.len() < page {
-                    break;
-                }
-                after = subjects.last().map(|s| s.subject.id().to_owned());
+        let mut pages = self.pages(page).await?;
+        while let Some((_, subjects)) = pages.next().await? {
+            let mut items = Vec::with_capacity(subjects.len());
+            for (subject, stamp) in subjects {
+                let name = resource::<T>(subject.id());
+                let mut item = offer(&subject, stamp, name, None)?;
+                item.snapshot = Some(id.to_owned());
+                items.push(self.trail.refresh(item));
+            }
+            let mut n = 0;
+            for item in join_all(items).await {
+                n += u64::from(item?.is_some());
+            }
+            count += n;
+            if !written(n) {
+                return Err(stopping());
             }
         }
         Ok(count)
