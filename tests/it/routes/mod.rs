@@ -18,9 +18,10 @@ use crate::support::eventually;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ankusa::audit::{pending_rows, Row, SettleOptions, Trail};
-use ankusa::store::{keys, Cf, Store};
+use ankusa::audit::{pending_rows, Row, SettleOptions, Stamp, Trail};
+use ankusa::store::{keys, Cf, Store, StoreError};
 use ankusa::subjects::remote::redis::RedisStore;
+use ankusa::subjects::remote::{Cas, Found, RemoteStore, Versioned};
 use ankusa::subjects::routes::{NewRoute, Route, RouteStore, Routes};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -96,5 +97,77 @@ pub fn new_route(id: &str, destination: &str) -> NewRoute {
         destination: destination.into(),
         filter: Default::default(),
         enabled: true,
+    }
+}
+
+/// A route store whose next read, once armed, answers only when released: the window in
+/// which another change lands between a read and what the reader does with it.
+#[derive(Debug)]
+pub struct HeldRead {
+    inner: Arc<RouteStore>,
+    armed: std::sync::atomic::AtomicBool,
+    read: tokio::sync::Notify,
+    go: tokio::sync::Notify,
+}
+
+impl HeldRead {
+    /// `inner`, its reads not held until [`HeldRead::arm`].
+    pub fn new(inner: Arc<RouteStore>) -> HeldRead {
+        HeldRead {
+            inner,
+            armed: Default::default(),
+            read: Default::default(),
+            go: Default::default(),
+        }
+    }
+
+    /// Hold the next read.
+    pub fn arm(&self) {
+        self.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Wait until the held read has read.
+    pub async fn reached(&self) {
+        self.read.notified().await;
+    }
+
+    /// Let the held read answer.
+    pub fn release(&self) {
+        self.go.notify_one();
+    }
+}
+
+#[async_trait::async_trait]
+impl RemoteStore<Route> for HeldRead {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+    async fn tenants(&self) -> Result<Vec<String>, StoreError> {
+        self.inner.tenants().await
+    }
+    async fn get(&self, tenant: &str, id: &str) -> Result<Found<Route>, StoreError> {
+        let found = self.inner.get(tenant, id).await;
+        if self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            self.read.notify_one();
+            self.go.notified().await;
+        }
+        found
+    }
+    async fn list(
+        &self,
+        tenant: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Versioned<Route>>, StoreError> {
+        self.inner.list(tenant, after, limit).await
+    }
+    async fn version(&self) -> Result<Stamp, StoreError> {
+        self.inner.version().await
+    }
+    async fn put(&self, route: &Route, expected: Option<u64>) -> Result<Cas, StoreError> {
+        self.inner.put(route, expected).await
+    }
+    async fn delete(&self, tenant: &str, id: &str, expected: u64) -> Result<Cas, StoreError> {
+        self.inner.delete(tenant, id, expected).await
     }
 }

@@ -2,18 +2,17 @@
 //! node runs (its future cancelled mid-apply), and rows a stopped node left behind, with the
 //! route store's Redis down at boot for a while or for longer than the window.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ankusa::audit::{Change, Finish, RowResult, Stamp, Trail};
-use ankusa::store::{keys, Cf, StoreError};
+use ankusa::audit::{Change, Finish, RowResult, Trail};
+use ankusa::store::{keys, Cf};
 use ankusa::subjects::remote::memory::MemoryStore;
-use ankusa::subjects::remote::{Cas, Found, RemoteStore, Versioned};
+use ankusa::subjects::remote::Versioned;
 use ankusa::subjects::routes::{Route, RoutePatch, RouteStore, Routes};
 use serde_json::json;
 
-use crate::routes::{entity, new_route, redis_store, route_rows, settling, wait_settled};
+use crate::routes::{entity, new_route, redis_store, route_rows, settling, wait_settled, HeldRead};
 use crate::support::redis::RedisServer;
 use crate::support::trail::{ctx, open_trail};
 
@@ -318,50 +317,6 @@ async fn a_change_by_someone_else_before_settlement_is_interrupted_with_refresh(
     trail.shutdown().await;
 }
 
-/// A route store whose next `get` answers 300 ms after it read: the window in which a change
-/// could land between settlement's read and the row it settles with.
-#[derive(Debug, Default)]
-struct SlowNextRead {
-    inner: MemoryStore<Route>,
-    slow: AtomicBool,
-    reading: tokio::sync::Notify,
-}
-
-#[async_trait::async_trait]
-impl RemoteStore<Route> for SlowNextRead {
-    fn kind(&self) -> &'static str {
-        "memory"
-    }
-    async fn tenants(&self) -> Result<Vec<String>, StoreError> {
-        self.inner.tenants().await
-    }
-    async fn get(&self, tenant: &str, id: &str) -> Result<Found<Route>, StoreError> {
-        let read = self.inner.get(tenant, id).await;
-        if self.slow.swap(false, Ordering::SeqCst) {
-            self.reading.notify_one();
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-        read
-    }
-    async fn list(
-        &self,
-        tenant: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<Versioned<Route>>, StoreError> {
-        self.inner.list(tenant, after, limit).await
-    }
-    async fn version(&self) -> Result<Stamp, StoreError> {
-        self.inner.version().await
-    }
-    async fn put(&self, route: &Route, expected: Option<u64>) -> Result<Cas, StoreError> {
-        self.inner.put(route, expected).await
-    }
-    async fn delete(&self, tenant: &str, id: &str, expected: u64) -> Result<Cas, StoreError> {
-        self.inner.delete(tenant, id, expected).await
-    }
-}
-
 /// An operator's change of a route while settlement is between reading it and settling its
 /// pending row waits for that row: the rows (and the events a replica applies in seq order)
 /// end with the operator's state, which the store holds. Settled after the change, the row
@@ -369,11 +324,11 @@ impl RemoteStore<Route> for SlowNextRead {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_waits_for_the_settlement_of_its_subject_in_progress() {
     let dir = tempfile::tempdir().unwrap();
-    let slow = Arc::new(SlowNextRead::default());
+    let slow = Arc::new(HeldRead::new(Arc::new(MemoryStore::<Route>::default())));
     let store: Arc<RouteStore> = slow.clone();
     stopped_with_pending_on(dir.path(), store.clone()).await;
 
-    slow.slow.store(true, Ordering::SeqCst);
+    slow.arm();
     let trail = open_trail(dir.path(), true);
     let settling = settling(
         &trail,
@@ -381,7 +336,15 @@ async fn a_change_waits_for_the_settlement_of_its_subject_in_progress() {
         Duration::from_millis(100),
         Duration::from_secs(5),
     );
-    slow.reading.notified().await;
+    slow.reached().await;
+    // Settlement has read r1 and holds it; its row waits 300 ms, the change meanwhile.
+    let release = tokio::spawn({
+        let slow = slow.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            slow.release();
+        }
+    });
     let patch = RoutePatch {
         destination: Some("https://example.test/c".into()),
         ..RoutePatch::default()
@@ -392,6 +355,7 @@ async fn a_change_waits_for_the_settlement_of_its_subject_in_progress() {
         .await
         .unwrap();
     assert_eq!(changed.revision, 3);
+    release.await.unwrap();
     wait_settled(trail.store(), Duration::from_secs(10)).await;
 
     let rows = route_rows(trail.store(), "r1");

@@ -4,70 +4,22 @@
 //! restarts at 1, the version never does), and versions increase across nodes sharing a
 //! store, across restarts of the memory store and across restores of a node's own store.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ankusa::audit::{CommitError, Row, RowResult, Stamp};
+use ankusa::audit::{CommitError, Row, RowResult};
 use ankusa::store::backup::BackupDir;
-use ankusa::store::StoreError;
 use ankusa::subjects::remote::memory::MemoryStore;
-use ankusa::subjects::remote::{Cas, Found, RemoteStore, Versioned};
-use ankusa::subjects::routes::{Route, RoutePatch, RouteStore, Routes};
+use ankusa::subjects::remote::{Cas, RemoteStore};
+use ankusa::subjects::routes::{Route, RoutePatch, Routes};
 use ankusa::subjects::sources::{self, NewSource, SourcePatch};
 use ankusa::subjects::SubjectError;
 use serde_json::json;
-use tokio::sync::Notify;
 
 use crate::restore::store::{now, restore_into};
-use crate::routes::{new_route, redis_store, route_rows};
+use crate::routes::{new_route, redis_store, route_rows, HeldRead};
 use crate::support::redis::RedisServer;
 use crate::support::trail::{all_rows, ctx, open_trail, open_trail_with_sinks};
-
-/// A route store whose next read, once armed, waits for `go` after it read: the window in
-/// which another node changes the route under a change that read it.
-#[derive(Debug)]
-struct HeldRead {
-    inner: Arc<RouteStore>,
-    armed: AtomicBool,
-    read: Notify,
-    go: Notify,
-}
-
-#[async_trait::async_trait]
-impl RemoteStore<Route> for HeldRead {
-    fn kind(&self) -> &'static str {
-        self.inner.kind()
-    }
-    async fn tenants(&self) -> Result<Vec<String>, StoreError> {
-        self.inner.tenants().await
-    }
-    async fn get(&self, tenant: &str, id: &str) -> Result<Found<Route>, StoreError> {
-        let found = self.inner.get(tenant, id).await;
-        if self.armed.swap(false, Ordering::SeqCst) {
-            self.read.notify_one();
-            self.go.notified().await;
-        }
-        found
-    }
-    async fn list(
-        &self,
-        tenant: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<Versioned<Route>>, StoreError> {
-        self.inner.list(tenant, after, limit).await
-    }
-    async fn version(&self) -> Result<Stamp, StoreError> {
-        self.inner.version().await
-    }
-    async fn put(&self, route: &Route, expected: Option<u64>) -> Result<Cas, StoreError> {
-        self.inner.put(route, expected).await
-    }
-    async fn delete(&self, tenant: &str, id: &str, expected: u64) -> Result<Cas, StoreError> {
-        self.inner.delete(tenant, id, expected).await
-    }
-}
 
 fn destination(patch: &str) -> RoutePatch {
     RoutePatch {
@@ -86,12 +38,7 @@ async fn an_update_read_before_a_delete_and_a_create_again_is_refused() {
         open_trail(dir_a.path(), true),
         open_trail(dir_b.path(), true),
     );
-    let held = Arc::new(HeldRead {
-        inner: redis_store(&redis.url()),
-        armed: AtomicBool::new(false),
-        read: Notify::new(),
-        go: Notify::new(),
-    });
+    let held = Arc::new(HeldRead::new(redis_store(&redis.url())));
     let a = Routes::new(held.clone(), trail_a.clone());
     let b = Routes::new(redis_store(&redis.url()), trail_b.clone());
     b.create(
@@ -102,7 +49,7 @@ async fn an_update_read_before_a_delete_and_a_create_again_is_refused() {
     .await
     .unwrap();
 
-    held.armed.store(true, Ordering::SeqCst);
+    held.arm();
     let update = tokio::spawn({
         let a = a.clone();
         async move {
@@ -111,7 +58,7 @@ async fn an_update_read_before_a_delete_and_a_create_again_is_refused() {
                 .await
         }
     });
-    held.read.notified().await;
+    held.reached().await;
     b.delete(ctx("bob"), "t1".into(), "r1".into(), None)
         .await
         .unwrap();
@@ -124,7 +71,7 @@ async fn an_update_read_before_a_delete_and_a_create_again_is_refused() {
         .await
         .unwrap();
     assert_eq!(again.revision, 1, "the revision restarts");
-    held.go.notify_one();
+    held.release();
 
     let refused = update.await.unwrap();
     assert!(
