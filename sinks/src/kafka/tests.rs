@@ -7,12 +7,11 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::{Headers, OwnedMessage};
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{DefaultProducerContext, Producer};
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use rdkafka::Message;
 
 use super::*;
 use crate::test_support::{event_id, sample, sample_data, INCARNATION, SOURCE};
@@ -36,19 +35,9 @@ fn config(cluster: &Cluster, topic: &str) -> KafkaConfig {
 
 /// Reads `count` records from every partition of `topic`, from the beginning.
 async fn read(cluster: &Cluster, topic: &str, partitions: i32, count: usize) -> Vec<OwnedMessage> {
-    let consumer: StreamConsumer = ClientConfig::new()
-        .set("bootstrap.servers", cluster.bootstrap_servers())
-        .set("group.id", format!("ankusa-test-{topic}"))
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
-    let mut assignment = TopicPartitionList::new();
-    for partition in 0..partitions {
-        assignment
-            .add_partition_offset(topic, partition, Offset::Beginning)
-            .unwrap();
-    }
-    consumer.assign(&assignment).unwrap();
+    let group = format!("ankusa-test-{topic}");
+    let consumer =
+        crate::test_support::reader(&cluster.bootstrap_servers(), topic, partitions, &group);
     let mut records = Vec::with_capacity(count);
     while records.len() < count {
         let next = tokio::time::timeout(Duration::from_secs(20), consumer.recv()).await;

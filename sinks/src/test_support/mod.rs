@@ -6,11 +6,13 @@
 //! one receiver and one broker helper, not one per test binary.
 
 pub mod broker;
+pub mod reader;
 pub mod receiver;
 #[cfg(test)]
 mod sample;
 
 pub use broker::Broker;
+pub use reader::reader;
 pub use receiver::{Receiver, ReceiverBuilder, Recorded, Reply};
 #[cfg(test)]
 pub(crate) use sample::*;

@@ -1,28 +1,14 @@
-//! Readers of what the Kafka sink wrote: a consumer of every partition of a topic, and a
-//! record's headers by name.
+//! Readers of what the Kafka sink wrote: a consumer of every partition of a topic (the sinks'
+//! test support's, named for the topic), and a record's headers by name.
 
 use std::collections::HashMap;
 
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::consumer::StreamConsumer;
 use rdkafka::message::{BorrowedMessage, Headers};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 /// A consumer of every partition of `topic` from the beginning.
 pub fn kafka_reader(brokers: &str, topic: &str, partitions: i32) -> StreamConsumer {
-    let consumer: StreamConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", format!("reader-{topic}"))
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
-    let mut assignment = TopicPartitionList::new();
-    for p in 0..partitions {
-        assignment
-            .add_partition_offset(topic, p, Offset::Beginning)
-            .unwrap();
-    }
-    consumer.assign(&assignment).unwrap();
-    consumer
+    ankusa_sinks::test_support::reader(brokers, topic, partitions, &format!("reader-{topic}"))
 }
 
 /// A record's headers, by name.

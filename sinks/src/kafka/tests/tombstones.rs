@@ -11,11 +11,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use cloudevents::event::AttributesWriter;
-use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::{Headers, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use rdkafka::{ClientConfig, Message};
 
 use super::{cluster, config};
 use crate::kafka::sink::combine;
@@ -108,19 +107,8 @@ async fn everything(brokers: &str, topic: &str, partitions: i32) -> Vec<Vec<Seen
             .payload("end");
         producer.send(end, Duration::from_secs(20)).await.unwrap();
     }
-    let consumer: StreamConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", format!("ankusa-test-{topic}"))
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
-    let mut assignment = TopicPartitionList::new();
-    for partition in 0..partitions {
-        assignment
-            .add_partition_offset(topic, partition, Offset::Beginning)
-            .unwrap();
-    }
-    consumer.assign(&assignment).unwrap();
+    let group = format!("ankusa-test-{topic}");
+    let consumer = crate::test_support::reader(brokers, topic, partitions, &group);
     let mut seen: Vec<Vec<Seen>> = (0..partitions).map(|_| Vec::new()).collect();
     let mut ended = vec![false; seen.len()];
     while ended.contains(&false) {
