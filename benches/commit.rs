@@ -18,10 +18,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::env::env;
 use ankusa::audit::{Change, CommitError, Context, Limits, SystemClock, Trail, TrailOptions};
 use ankusa::store::Cf;
 use serde_json::json;
 
+#[path = "shared/env.rs"]
+mod env;
 #[path = "shared/raw.rs"]
 mod raw;
 
@@ -81,11 +84,6 @@ fn subject(key: &str) -> serde_json::Value {
         "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
         "config": {"url": "https://example.invalid/hooks/ingest", "timeout_ms": 5000, "headers": {"x-env": "prod"}}
     })
-}
-
-/// A numeric setting from the environment.
-fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
-    std::env::var(name).ok().and_then(|s| s.parse().ok())
 }
 
 fn bench_ours(committers: usize, run_for: Duration) -> f64 {

@@ -23,6 +23,8 @@
 mod changes;
 mod closed;
 mod cpu;
+#[path = "../shared/env.rs"]
+mod env;
 mod kafka;
 mod node;
 #[path = "../shared/raw.rs"]
@@ -37,6 +39,7 @@ use rdkafka::mocking::MockCluster;
 use serde_json::json;
 
 use crate::changes::Kind;
+use crate::env::{env, part};
 use crate::node::Node;
 use crate::redis::Redis;
 use crate::report::{Series, Table};
@@ -189,15 +192,4 @@ fn latency(load: &tokio::runtime::Runtime, half_rate: f64, run_for: Duration) ->
         );
     }
     failures
-}
-
-/// A numeric setting from the environment.
-fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
-    std::env::var(name).ok().and_then(|s| s.parse().ok())
-}
-
-/// Whether `name` is a part to run: `ANKUSA_BENCH_ONLY` (comma-separated), all when unset.
-fn part(name: &str) -> bool {
-    std::env::var("ANKUSA_BENCH_ONLY")
-        .map_or(true, |only| only.split(',').any(|p| p.trim() == name))
 }

@@ -12,7 +12,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Clock, Run};
-use crate::in_flight;
+use crate::env::in_flight;
 
 /// A trail on a fresh store with `sinks` configured.
 pub fn trail(dir: &std::path::Path, sinks: &[&str]) -> Trail {

@@ -12,7 +12,8 @@ use ankusa_sinks::{KafkaConfig, KafkaSink, RetryPolicy};
 use tokio_util::sync::CancellationToken;
 
 use crate::backlog::{commit_one, trail};
-use crate::{in_flight, TOPIC};
+use crate::env::in_flight;
+use crate::TOPIC;
 
 /// Percentiles of one stage, milliseconds from the commit's start.
 #[derive(Debug, Clone, Copy)]

@@ -28,6 +28,8 @@
 
 mod backlog;
 mod clock;
+#[path = "../shared/env.rs"]
+mod env;
 mod kafka;
 mod latency;
 mod memory;
@@ -41,6 +43,7 @@ use ankusa_sinks::test_support::broker;
 use clap::{ArgGroup, Parser};
 use rdkafka::mocking::MockCluster;
 
+use crate::env::part;
 use crate::report::report;
 
 const TOPIC: &str = "lifecycle";
@@ -193,20 +196,4 @@ fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
-}
-
-/// The publisher's attempts in flight: `ANKUSA_BENCH_IN_FLIGHT`, the default config's 4 when
-/// unset.
-fn in_flight() -> usize {
-    std::env::var("ANKUSA_BENCH_IN_FLIGHT")
-        .ok()
-        .and_then(|b| b.parse().ok())
-        .unwrap_or(4)
-}
-
-/// Whether `name` is one of the parts to run: `ANKUSA_BENCH_ONLY` (comma-separated: kafka,
-/// broker, webhook, latency, rss), all of them when unset.
-fn part(name: &str) -> bool {
-    std::env::var("ANKUSA_BENCH_ONLY")
-        .map_or(true, |only| only.split(',').any(|p| p.trim() == name))
 }

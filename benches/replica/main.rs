@@ -23,6 +23,8 @@ mod backlog;
 #[allow(dead_code)]
 #[path = "../publish/clock.rs"]
 mod clock;
+#[path = "../shared/env.rs"]
+mod env;
 mod follow;
 mod publishing;
 #[allow(dead_code)]
@@ -36,6 +38,8 @@ mod snapshot;
 const TOPIC: &str = "lifecycle";
 /// Partitions of the topic, as the publish benchmark's.
 const PARTITIONS: i32 = 8;
+
+use crate::env::part;
 
 fn main() {
     // As the node does, so that the figures are the node's.
@@ -78,22 +82,6 @@ fn env_count(var: &str, default: u64) -> u64 {
             }
         },
     }
-}
-
-/// The publisher's attempts in flight: `ANKUSA_BENCH_IN_FLIGHT`, the default config's 4 when
-/// unset (the name the publish benchmark's helpers take it by).
-fn in_flight() -> usize {
-    std::env::var("ANKUSA_BENCH_IN_FLIGHT")
-        .ok()
-        .and_then(|b| b.parse().ok())
-        .unwrap_or(4)
-}
-
-/// Whether `name` is one of the parts to run: `ANKUSA_BENCH_ONLY` (comma-separated:
-/// snapshot, follow), both when unset.
-fn part(name: &str) -> bool {
-    std::env::var("ANKUSA_BENCH_ONLY")
-        .map_or(true, |only| only.split(',').any(|p| p.trim() == name))
 }
 
 /// Whether `program` is on `PATH`.

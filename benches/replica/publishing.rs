@@ -11,7 +11,7 @@ use ankusa_sinks::{RetryPolicy, Sink};
 use serde_json::Map;
 use tokio_util::sync::CancellationToken;
 
-use crate::in_flight;
+use crate::env::in_flight;
 
 /// Concurrent committers of the route creates.
 pub const TASKS: u64 = 64;
