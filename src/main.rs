@@ -47,6 +47,14 @@ enum Command {
 enum AuditCommand {
     /// Print rows in seq order; works while a node runs on the store.
     Tail(cli::tail::TailArgs),
+    /// Print the store's checkpoint verifier key (signed-note text), for witnesses and
+    /// `audit verify --key`.
+    Key(cli::audit::KeyArgs),
+    /// Check a store's rows against its Merkle tree and every checkpoint (stored or given).
+    /// Exit 0: verified; 1: the trail and the tree or a checkpoint part (the first bad seq is
+    /// printed); 2: it cannot be checked (no store, no tree, an unreadable or unsigned
+    /// checkpoint).
+    Verify(cli::audit::VerifyArgs),
 }
 
 fn main() -> ExitCode {
@@ -65,6 +73,12 @@ fn main() -> ExitCode {
             run_serve(config)
         }
         Command::Audit(AuditCommand::Tail(tail)) => cli::tail::run(&config, tail),
+        Command::Audit(AuditCommand::Key(key)) => {
+            cli::audit::key(&config, key, &mut std::io::stdout().lock())
+        }
+        Command::Audit(AuditCommand::Verify(verify)) => {
+            return cli::audit::verify(&config, verify, &mut std::io::stdout().lock());
+        }
         Command::Backup(backup) => cli::backup::run(&config, backup, &mut std::io::stdout().lock()),
         Command::Config(command) => cli::config::run(
             &config,

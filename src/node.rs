@@ -49,6 +49,7 @@ pub async fn serve(
         // they have not seen (see `lifecycle::start`).
         sinks: config.lifecycle.sinks.clone(),
         limits: config.audit.limits(),
+        tree: config.audit.tree(),
         ..TrailOptions::default()
     };
     let (trail, closing) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
@@ -66,11 +67,13 @@ pub async fn serve(
     .await??;
     let stop = CancellationToken::new();
     let retention = crate::audit::retention::spawn(trail.clone(), stop.clone());
+    let checkpoints = trail.spawn_checkpoints(stop.clone());
     let served = serve_on(&config, &trail, listener, shutdown, &stop).await;
     // Whatever ended the serving (a stop, or a part that would not start), the background
     // tasks stop, the writer flushes, and the store closes.
     stop.cancel();
     let _ = retention.await;
+    let _ = checkpoints.await;
     trail.shutdown().await;
     drop(trail);
     // The last clones of the store go with reads still on the blocking pool (a request the

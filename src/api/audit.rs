@@ -14,6 +14,7 @@ use super::error::ApiError;
 use super::extract::{ApiPath, ApiQuery};
 use super::subject::page_limit;
 use super::AppState;
+use crate::audit::tree::proof::ProofError;
 use crate::audit::{self, Filter};
 
 /// The longest filter value accepted, in characters (as the document's `maxLength` counts).
@@ -95,5 +96,80 @@ fn checked(field: &str, value: Option<String>) -> Result<Option<String>, ApiErro
             ))
         }
         v => Ok(v),
+    }
+}
+
+/// `GET /admin/v1/audit/checkpoint`: the newest signed checkpoint of the trail's Merkle
+/// tree: `{"origin", "size", "root", "checkpoint"}`, the last its signed-note text.
+pub async fn checkpoint(
+    _: Authorized<AuditRead>,
+    State(state): State<AppState>,
+) -> Result<Json<Value>, ApiError> {
+    match state.trail.newest_checkpoint().await? {
+        Some(c) => Ok(Json(json!(c))),
+        None => Err(ApiError::NotFound(
+            "no checkpoint has been signed yet (or audit.tree is off)".into(),
+        )),
+    }
+}
+
+/// `?size=<n>`: the tree the proof is for.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProofQuery {
+    /// Leaves of the tree (default: the newest checkpoint's size).
+    pub size: Option<u64>,
+}
+
+/// `GET /admin/v1/audit/{seq}/proof?size=N`: the RFC 6962 inclusion proof of row `seq` in
+/// the tree of `size` leaves.
+pub async fn proof(
+    _: Authorized<AuditRead>,
+    State(state): State<AppState>,
+    ApiPath(seq): ApiPath<u64>,
+    ApiQuery(query): ApiQuery<ProofQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let proof = state
+        .trail
+        .inclusion_proof(seq, query.size)
+        .await
+        .map_err(|e| proof_error("size", e))?;
+    Ok(Json(json!(proof)))
+}
+
+/// `?from=<n>&to=<m>`: the two trees.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsistencyQuery {
+    /// Leaves of the older tree.
+    pub from: u64,
+    /// Leaves of the newer tree.
+    pub to: u64,
+}
+
+/// `GET /admin/v1/audit/consistency?from=N&to=M`: the RFC 6962 consistency proof that the
+/// tree of `from` leaves is a prefix of the tree of `to` leaves.
+pub async fn consistency(
+    _: Authorized<AuditRead>,
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<ConsistencyQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let proof = state
+        .trail
+        .consistency_proof(query.from, query.to)
+        .await
+        .map_err(|e| proof_error("from", e))?;
+    Ok(Json(json!(proof)))
+}
+
+fn proof_error(field: &str, e: ProofError) -> ApiError {
+    match e {
+        ProofError::NoTree => ApiError::Conflict {
+            code: "conflict",
+            message: e.to_string(),
+        },
+        ProofError::OutOfRange(m) => ApiError::invalid(field, m),
+        ProofError::Gone(m) => ApiError::NotFound(m),
+        ProofError::Store(e) => e.into(),
     }
 }

@@ -29,6 +29,7 @@ mod dual;
 mod hash;
 mod restore;
 mod row;
+pub mod tree;
 mod writer;
 
 pub use bounds::retention;
@@ -56,13 +57,14 @@ pub use row::{
     decode_row, decode_row_as, get, page, page_within, Change, Filter, Row, RowResult, Scanned,
     Stamp, Versioning, ROW_FORMAT,
 };
+pub use tree::TreeOptions;
 pub use writer::tx::Tx;
 pub use writer::MAX_GROUP;
 
 use crate::store::{Store, StoreError};
 use bounds::limits::SharedStats;
 use dual::DualState;
-use writer::{Advance, Boot, CommitJob, Request};
+use writer::{Advance, Boot, CommitJob, Request, Signing};
 
 /// Why a change was not made.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -109,6 +111,8 @@ pub struct TrailOptions {
     pub sinks: Vec<String>,
     /// Retention, ceilings and the outbox backlog limit (`[audit]`).
     pub limits: Limits,
+    /// The Merkle tree and its checkpoints (`[audit]`).
+    pub tree: TreeOptions,
 }
 
 impl Default for TrailOptions {
@@ -118,6 +122,7 @@ impl Default for TrailOptions {
             queue: 8 * MAX_GROUP,
             sinks: Vec::new(),
             limits: Limits::default(),
+            tree: TreeOptions::default(),
         }
     }
 }
@@ -145,6 +150,8 @@ pub struct Trail {
     dual: Arc<DualState>,
     /// `m:refresh_pending` as of boot (see [`Trail::refresh_pending`]).
     refresh_pending: Option<u64>,
+    /// The Merkle tree's options.
+    tree: TreeOptions,
 }
 
 impl std::fmt::Debug for Trail {
@@ -162,17 +169,24 @@ impl Trail {
         clock: Arc<dyn Clock>,
     ) -> Result<Trail, StoreError> {
         // A restored store starts its new incarnation before the writer boots or takes a change.
-        restore::first_boot::start_incarnation(&store, options.lifecycle, clock.as_ref())?;
+        let tree = options.tree.enabled;
+        restore::first_boot::start_incarnation(&store, options.lifecycle, tree, clock.as_ref())?;
         let Boot {
             hasher,
             counters,
             history,
             refresh_pending,
-        } = writer::boot(&store, &options.sinks)?;
+            checkpoint_key,
+        } = writer::boot(&store, &options.sinks, tree)?;
+        let signing = checkpoint_key.map(|key| Signing {
+            key,
+            origin: tree::checkpoint::origin(history.current().id),
+            every: options.tree.checkpoint_rows,
+        });
         let dual = DualState::at_boot(&store)?;
         let running = writer::start(
             &store,
-            (hasher, counters),
+            (hasher, counters, signing),
             &options,
             clock.clone(),
             (dual.boot_last, history.current().base),
@@ -188,6 +202,7 @@ impl Trail {
             stats: running.stats,
             dual: Arc::new(dual),
             refresh_pending,
+            tree: options.tree,
         })
     }
 

@@ -1,6 +1,7 @@
-//! Subcommands of the `ankusa` binary other than `serve`: `audit tail`, `backup`, `config`,
+//! Subcommands of the `ankusa` binary other than `serve`: `audit tail|key|verify`, `backup`, `config`,
 //! `follow` and `token`.
 
+pub mod audit;
 pub mod backup;
 pub mod config;
 pub mod follow;

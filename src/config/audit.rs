@@ -28,6 +28,13 @@ pub struct AuditConfig {
     /// The outbox backlog (`m:audit_seq` minus the lifecycle cursor) at which an operator's
     /// change is refused.
     pub outbox_max_backlog: u64,
+    /// Whether every row joins the trail's Merkle tree and checkpoints are signed.
+    pub tree: bool,
+    /// A checkpoint is signed once this many rows came since the last one...
+    pub checkpoint_rows: u64,
+    /// ...or this long after the last one, if any row came since.
+    #[serde(with = "humantime_serde")]
+    pub checkpoint_interval: Duration,
 }
 
 /// The smallest `audit.max_rows`: above one group commit, so a group's own rows never have
@@ -49,6 +56,15 @@ impl AuditConfig {
         }
     }
 
+    /// The trail's Merkle tree options (`TrailOptions::tree`).
+    pub fn tree(&self) -> crate::audit::TreeOptions {
+        crate::audit::TreeOptions {
+            enabled: self.tree,
+            checkpoint_rows: self.checkpoint_rows,
+            checkpoint_interval: self.checkpoint_interval,
+        }
+    }
+
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         if !(1..=36_500).contains(&self.retention_days) {
             return invalid("audit.retention_days", "must be between 1 and 36500");
@@ -64,6 +80,12 @@ impl AuditConfig {
         }
         if self.max_bytes < MIN_MAX_BYTES {
             return invalid("audit.max_bytes", "must be at least 16777216 (16 MiB)");
+        }
+        if !(1..=1_000_000).contains(&self.checkpoint_rows) {
+            return invalid("audit.checkpoint_rows", "must be between 1 and 1000000");
+        }
+        if self.checkpoint_interval < Duration::from_secs(1) {
+            return invalid("audit.checkpoint_interval", "must be at least 1s");
         }
         if self.outbox_max_backlog == 0 || self.outbox_max_backlog > self.max_rows {
             // Above max_rows the ceilings would refuse changes first: the limit would be moot.

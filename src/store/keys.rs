@@ -11,6 +11,7 @@
 //! | `p` id:u64             | a pending row: begun, not finished (JSON) |
 //! | `q` id:u64             | the redacted entity of pending row id     |
 //! | `o` seq:u64            | the redacted lifecycle entity of row seq  |
+//! | `t` index:u64          | a node of the trail's Merkle tree (32 B)  |
 //! | `m:<name>`             | meta (see [`meta`])                       |
 
 /// Prefix of a trail row key.
@@ -21,6 +22,8 @@ pub const PENDING: u8 = b'p';
 pub const PENDING_ENTITY: u8 = b'q';
 /// Prefix of a lifecycle outbox entity key.
 pub const OUTBOX: u8 = b'o';
+/// Prefix of a Merkle tree node key: its stored-hash index (see `audit::tree`).
+pub const TREE: u8 = b't';
 /// Prefix of every meta key.
 pub const META: &[u8] = b"m:";
 
@@ -54,6 +57,14 @@ pub mod meta {
     /// present state differs from what the trail says gets a state-refresh row. Deleted, by
     /// the writer, only once every remote kind is refreshed; until then every boot redoes it.
     pub const REFRESH_PENDING: &str = "refresh_pending";
+
+    /// The Merkle tree over the trail: JSON `{"origin": seq}`, the seq of its leaf 0.
+    pub const TREE: &str = "tree";
+    /// The checkpoints' Ed25519 key: JSON `{"signer", "verifier"}`, the signed-note key
+    /// texts; made once per store, the signer never exposed.
+    pub const CHECKPOINT_KEY: &str = "checkpoint_key";
+    /// The newest checkpoint, signed: JSON (see `audit::tree::checkpoint`).
+    pub const CHECKPOINT: &str = "checkpoint";
 
     /// The meta name of sink `sink`'s position (the last seq it confirmed).
     pub fn sink_cursor(sink: &str) -> String {
@@ -131,6 +142,11 @@ pub fn decode_seq_key(prefix: u8, key: &[u8]) -> Option<u64> {
     Some(u64::from_be_bytes(key[1..9].try_into().ok()?))
 }
 
+/// The key of Merkle tree node `index` (a stored-hash index).
+pub fn tree_key(index: u64) -> [u8; SEQ_KEY_LEN] {
+    seq_key(TREE, index)
+}
+
 /// The key of meta entry `name` (one of [`meta`]).
 pub fn meta_key(name: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(META.len() + name.len());
@@ -199,6 +215,7 @@ mod tests {
         assert!(last_row.as_slice() < meta_key(meta::AUDIT_KEY).as_slice());
         assert!(meta_key(meta::AUDIT_USAGE).as_slice() < outbox_key(0).as_slice());
         assert!(outbox_key(u64::MAX).as_slice() < pending_key(0).as_slice());
+        assert!(pending_entity_key(u64::MAX).as_slice() < tree_key(0).as_slice());
         assert_eq!(decode_row_key(&meta_key(meta::AUDIT_SEQ)), None);
     }
 }

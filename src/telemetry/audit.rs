@@ -33,6 +33,8 @@ struct Metrics {
     retention_sweep_seconds: Gauge,
     usage_recounts: IntCounterVec,
     clock_jumps: IntCounterVec,
+    checkpoints: IntCounter,
+    checkpoint_size: IntGauge,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
@@ -106,6 +108,14 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
         "Retention sweeps that found the clock far ahead of the trail's time or behind it",
         &["direction"],
     ),
+    checkpoints: counter(
+        "audit_checkpoints_total",
+        "Checkpoints of the audit trail's Merkle tree signed",
+    ),
+    checkpoint_size: gauge(
+        "audit_checkpoint_size",
+        "Rows (tree leaves) the newest signed checkpoint covers",
+    ),
 });
 
 /// Register the trail's metrics, so `/metrics` serves them before the first commit.
@@ -157,6 +167,13 @@ pub fn ceilings_configured(c: &Ceilings) {
         .set(gauge_value(c.max_bytes));
     m.with_label_values(&["outbox_max_backlog"])
         .set(gauge_value(c.outbox_max_backlog));
+}
+
+/// A checkpoint row `seq`, of the tree of `size` leaves, was written.
+pub fn checkpoint_signed(seq: u64, size: u64) {
+    METRICS.checkpoints.inc();
+    METRICS.checkpoint_size.set(size as i64);
+    tracing::debug!(target: "ankusa::audit", seq, size, "audit checkpoint signed");
 }
 
 /// Rows one group commit deleted. Ceiling prunes happen in the commit path, so their event

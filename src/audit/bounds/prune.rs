@@ -19,6 +19,7 @@ use rocksdb::WriteBatch;
 
 use super::limits::Limits;
 use super::usage::Usage;
+use crate::audit::tree;
 use crate::store::{keys, Cf, Store, StoreError};
 
 /// Rows read ahead at a time.
@@ -267,6 +268,22 @@ pub struct SweepBatch {
     pub cursor: Option<u64>,
 }
 
+/// The rows one pruning deletes, and those of them with an outbox entity.
+#[derive(Default)]
+struct Deleted {
+    rows: Vec<u64>,
+    entities: Vec<u64>,
+}
+
+impl Deleted {
+    fn with_capacity(n: usize) -> Deleted {
+        Deleted {
+            rows: Vec::with_capacity(n),
+            entities: Vec::with_capacity(n),
+        }
+    }
+}
+
 /// The rows a group deletes from the head, and the bound it may not reach.
 pub(crate) struct Pruning<'a> {
     pub head: &'a mut Head,
@@ -275,6 +292,8 @@ pub(crate) struct Pruning<'a> {
     pub usage: &'a mut Usage,
     /// Only rows with a smaller seq may be deleted (the cursor, or past the last row).
     pub below: u64,
+    /// The seq of the Merkle tree's leaf 0 (`None`: no tree): a row's nodes go with it.
+    pub tree: Option<u64>,
 }
 
 impl Pruning<'_> {
@@ -290,7 +309,7 @@ impl Pruning<'_> {
             return Ok((0, false));
         }
         let mut pruned = 0;
-        let mut entities = Vec::new();
+        let mut deleted = Deleted::default();
         // Whether it fits; an error still leaves the rows taken so far in the batch.
         let fits = loop {
             if self.usage.rows < limits.max_rows
@@ -300,14 +319,14 @@ impl Pruning<'_> {
             }
             match self.head.next(self.store, self.below) {
                 Ok(Some(c)) => {
-                    self.delete(c, &mut entities);
+                    self.delete(c, &mut deleted);
                     pruned += 1;
                 }
                 Ok(None) => break Ok(false),
                 Err(e) => break Err(e),
             }
         };
-        delete_entities(self.store, self.batch, &entities);
+        self.delete_after(&deleted);
         Ok((pruned, fits?))
     }
 
@@ -315,7 +334,7 @@ impl Pruning<'_> {
     /// stopping at the first row that is not.
     pub(crate) fn sweep(&mut self, older_than: u64, max: usize) -> Result<SweepBatch, StoreError> {
         let mut out = SweepBatch::default();
-        let mut entities = Vec::with_capacity(max.min(CHUNK));
+        let mut deleted = Deleted::with_capacity(max.min(CHUNK));
         // Whether more may be left; an error still leaves the rows taken so far in the batch.
         let more = loop {
             if out.pruned >= max as u64 {
@@ -324,22 +343,32 @@ impl Pruning<'_> {
             match self.head.next(self.store, self.below) {
                 Ok(Some(c)) if c.at < older_than => {
                     out.bytes += c.bytes();
-                    self.delete(c, &mut entities);
+                    self.delete(c, &mut deleted);
                     out.pruned += 1;
                 }
                 Ok(_) => break Ok(false),
                 Err(e) => break Err(e),
             }
         };
-        delete_entities(self.store, self.batch, &entities);
+        self.delete_after(&deleted);
         out.more = more?;
         Ok(out)
     }
 
     /// [`Head::delete`], in this group's batch and counters.
-    fn delete(&mut self, c: Candidate, entities: &mut Vec<u64>) {
+    fn delete(&mut self, c: Candidate, deleted: &mut Deleted) {
+        deleted.rows.push(c.seq);
         self.head
-            .delete(c, self.store, self.batch, self.usage, entities);
+            .delete(c, self.store, self.batch, self.usage, &mut deleted.entities);
+    }
+
+    /// After the rows' deletes, their entities' and their tree nodes' (see
+    /// [`delete_entities`] for why apart).
+    fn delete_after(&mut self, deleted: &Deleted) {
+        delete_entities(self.store, self.batch, &deleted.entities);
+        if let Some(origin) = self.tree {
+            tree::prune(self.store.cf(Cf::Audit), self.batch, origin, &deleted.rows);
+        }
     }
 }
 

@@ -13,6 +13,7 @@ use super::requests::{Answer, Begin, FinishReq, Refusal, SettleReq};
 use super::settle::{Presence, Reading};
 use crate::audit::context::Context;
 use crate::audit::row::{Change, Row, RowResult, Stamp, ROW_FORMAT};
+use crate::audit::tree::Frontier;
 use crate::audit::writer::tx::Tx;
 use crate::audit::writer::{Group, Writer};
 use crate::store::{keys, keys::meta, Cf, StoreError};
@@ -297,7 +298,7 @@ fn into_trail(
     }
     g.seq += 1;
     let audit = w.store.cf(Cf::Audit);
-    g.batch.put_cf(audit, keys::row_key(g.seq, at), &value);
+    Frontier::put_row(g.tree.as_mut(), audit, &mut g.batch, (g.seq, at), &value);
     if let Some(entity) = &entity {
         g.batch.put_cf(audit, keys::outbox_key(g.seq), entity);
     }

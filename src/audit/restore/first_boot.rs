@@ -29,6 +29,7 @@ use crate::audit::bounds::usage::Usage;
 use crate::audit::clock::Clock;
 use crate::audit::restore::incarnation::{next_base, now_micros, History, Incarnation};
 use crate::audit::row::{Row, RowResult, ROW_FORMAT};
+use crate::audit::tree::{self, Frontier, TreeMeta};
 use crate::audit::SYSTEM_ACTOR;
 use crate::store::backup::last_seq;
 use crate::store::restore::PendingRestore;
@@ -47,6 +48,7 @@ pub const RESTORE_RESOURCE: &str = "instance";
 pub(crate) fn start_incarnation(
     store: &Store,
     lifecycle: bool,
+    tree: bool,
     clock: &dyn Clock,
 ) -> Result<(), StoreError> {
     let Some(flag) = store.meta(meta::INCARNATION_PENDING)? else {
@@ -76,7 +78,10 @@ pub(crate) fn start_incarnation(
         let e = json!({"incarnation": incarnation.id, "restored_seq": restored_seq});
         serde_json::to_vec(&e).expect("an entity always serializes")
     });
-    let batch = incarnation_batch(store, &history, &row, entity, restored_seq)?;
+    let mut batch = incarnation_batch(store, &history, &row, entity, restored_seq)?;
+    if tree {
+        join_tree(store, &mut batch, &row)?;
+    }
     // sync = true: the incarnation, its row, the refresh marker and the flag's deletion are
     // durable together before the writer takes the first change of the new incarnation.
     store.write(batch, true)?;
@@ -137,6 +142,27 @@ fn incarnation_batch(
         seq.to_be_bytes(),
     );
     Ok(batch)
+}
+
+/// Add the `instance.restore` row to the restored tree, in its batch, when the tree holds
+/// every row before it. A tree that lags (a backup from before the tree, or taken while it
+/// was off) is caught up with this row at the writer's boot, just after.
+fn join_tree(store: &Store, batch: &mut WriteBatch, row: &Row) -> Result<(), StoreError> {
+    let Some(TreeMeta { origin }) = TreeMeta::read(store)? else {
+        return Ok(());
+    };
+    let size = tree::stored_size(store)?;
+    if origin + size != row.seq {
+        return Ok(());
+    }
+    let value = serde_json::to_vec(row).expect("a row always serializes");
+    Frontier::load(store, origin, size)?.put_nodes(
+        store.cf(Cf::Audit),
+        batch,
+        &keys::row_key(row.seq, row.at),
+        &value,
+    );
+    Ok(())
 }
 
 /// The `instance.restore` row: who is the node itself, what is the new incarnation.

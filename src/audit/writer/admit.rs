@@ -105,7 +105,7 @@ impl Writer {
             }
             g.overlay.insert((cf, key), value);
         }
-        let row = staged.put(self.store.cf(Cf::Audit), &mut g.batch, &mut g.usage);
+        let row = staged.put(self.store.cf(Cf::Audit), g);
         Admitted::Row(Box::new(row))
     }
 
@@ -135,6 +135,7 @@ impl Writer {
             store: &self.store,
             batch: &mut g.batch,
             usage: &mut g.usage,
+            tree: g.tree.as_ref().map(|t| t.origin()),
         }
     }
 }

@@ -15,6 +15,7 @@ use crate::audit::bounds::prune;
 use crate::audit::bounds::usage::Usage;
 use crate::audit::hash::{SubjectHasher, KEY_LEN};
 use crate::audit::restore::incarnation::History;
+use crate::audit::tree::checkpoint::{CheckpointKey, SignedCheckpoint};
 use crate::store::{keys, keys::meta, Cf, Store, StoreError};
 
 /// What the writer found (or made) when it booted.
@@ -28,6 +29,8 @@ pub(crate) struct Boot {
     /// `m:refresh_pending`: the first seq of the restored incarnation whose remote subjects
     /// are still to be refreshed.
     pub refresh_pending: Option<u64>,
+    /// `m:checkpoint_key` (with the tree on).
+    pub checkpoint_key: Option<CheckpointKey>,
 }
 
 /// The most a store's last seq (or pending id) may be at boot. No trail reaches 2^63 changes
@@ -49,12 +52,23 @@ pub(crate) fn reachable(what: &str, seq: u64) -> Result<u64, StoreError> {
 /// Read the store's meta, making what a new store lacks (`m:audit_key`, the first
 /// incarnation) and recounting `m:audit_usage` when it does not match the trail, in one
 /// synced batch.
-pub(crate) fn boot(store: &Store, sinks: &[String]) -> Result<Boot, StoreError> {
+pub(crate) fn boot(store: &Store, sinks: &[String], tree: bool) -> Result<Boot, StoreError> {
     let mut batch = WriteBatch::default();
     let audit = store.cf(Cf::Audit);
     let key = audit_key(store, &mut batch)?;
     let history = history(store, &mut batch)?;
     let (last_seq, last_at) = last_row(store)?;
+    let (frontier, checkpoint_key, checkpointed) = if tree {
+        let frontier = crate::audit::tree::boot::frontier(store, last_seq)?;
+        let first = history
+            .0
+            .first()
+            .map_or_else(|| history.current().id, |i| i.id);
+        let key = CheckpointKey::load_or_make(store, &mut batch, first)?;
+        (Some(frontier), Some(key), checkpointed(store, last_seq)?)
+    } else {
+        (None, None, 0)
+    };
     // Recounted (and logged) when it does not match the trail: missing, damaged, stale.
     let (usage, rewrite) = Usage::at_boot(store, last_seq)?;
     if rewrite {
@@ -75,10 +89,22 @@ pub(crate) fn boot(store: &Store, sinks: &[String]) -> Result<Boot, StoreError> 
             last_at,
             usage,
             positions,
+            tree: frontier,
+            checkpointed,
         },
         history,
         refresh_pending,
+        checkpoint_key,
     })
+}
+
+/// The seq of the newest checkpoint row (`m:checkpoint` covers the rows before it), if the
+/// trail still reaches it.
+fn checkpointed(store: &Store, last_seq: u64) -> Result<u64, StoreError> {
+    Ok(SignedCheckpoint::newest(store)?
+        .map(|c| c.size + 1)
+        .filter(|&seq| seq <= last_seq)
+        .unwrap_or(0))
 }
 
 /// `m:audit_key`, made (into `batch`) for a new store.

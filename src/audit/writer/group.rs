@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use rocksdb::WriteBatch;
+use tokio::sync::oneshot;
 
 use super::admit::Admitted;
 use super::pipe::Pipe;
@@ -22,7 +23,8 @@ use crate::audit::bounds::prune;
 use crate::audit::bounds::usage::Usage;
 use crate::audit::dual::writer_side as dual;
 use crate::audit::restore::refresh;
-use crate::store::{keys, keys::meta, Cf};
+use crate::audit::tree::Frontier;
+use crate::store::{keys, keys::meta, Cf, StoreError};
 
 /// The group being built: its batch and what it would make of the writer's state.
 pub(crate) struct Group {
@@ -40,6 +42,10 @@ pub(crate) struct Group {
     pub(crate) pruned: Pruned,
     /// The changes it refuses for the ceilings or the backlog.
     pub(crate) refused: u64,
+    /// The Merkle tree as the group leaves it (`None`: the tree is off).
+    pub(crate) tree: Option<Frontier>,
+    /// The seq of the last checkpoint row as the group leaves it.
+    pub(crate) checkpointed: u64,
 }
 
 impl Group {
@@ -61,6 +67,8 @@ pub(super) struct Preparing {
     pub(super) epoch: u64,
     /// Whether it moves a sink's position (and so `m:lifecycle_cursor`).
     advanced: bool,
+    /// Callers that asked for a checkpoint.
+    checkpoint: Vec<oneshot::Sender<Result<Option<u64>, StoreError>>>,
 }
 
 impl Writer {
@@ -76,12 +84,15 @@ impl Writer {
                 positions: self.counters.positions.clone(),
                 pruned: Pruned::default(),
                 refused: 0,
+                tree: self.counters.tree.clone(),
+                checkpointed: self.counters.checkpointed,
             },
             taken: Vec::new(),
             at: self.clock.now_ms().max(self.counters.last_at),
             started: Instant::now(),
             epoch: pipe.epoch,
             advanced: false,
+            checkpoint: Vec::new(),
         }
     }
 
@@ -114,6 +125,11 @@ impl Writer {
                 g.batch.delete_cf(self.store.cf(Cf::Audit), key);
                 Taken::Meta { reply }
             }
+            Request::Checkpoint(reply) => {
+                // Answered with the checkpoint the group ends with (see `close`).
+                o.checkpoint.push(reply);
+                return;
+            }
             Request::Shutdown(_) => unreachable!("run() never puts a shutdown in a group"),
         };
         o.taken.push(taken);
@@ -144,12 +160,20 @@ impl Writer {
     pub(super) fn close(&mut self, o: Preparing) -> Prepared {
         let Preparing {
             mut g,
-            taken,
+            mut taken,
             at,
             started,
             epoch,
             advanced,
+            checkpoint,
         } = o;
+        let row = self.checkpoint(&mut g, at, !checkpoint.is_empty());
+        if row.is_some() || !checkpoint.is_empty() {
+            taken.push(Taken::Checkpoint {
+                row,
+                replies: checkpoint,
+            });
+        }
         let rows = g.seq - self.counters.last_seq;
         self.put_counters(&mut g, rows, advanced);
         let counters = Counters {
@@ -157,6 +181,8 @@ impl Writer {
             last_at: at,
             usage: g.usage,
             positions: g.positions,
+            tree: g.tree,
+            checkpointed: g.checkpointed,
         };
         self.counters = counters.clone();
         self.unsynced.push_back(g.overlay);

@@ -25,6 +25,7 @@
 
 mod admit;
 mod boot;
+mod checkpoint;
 mod group;
 mod pipe;
 pub(crate) mod request;
@@ -35,6 +36,7 @@ pub(crate) mod tx;
 
 pub(crate) use admit::Admitted;
 pub(crate) use boot::{boot, reachable, Boot};
+pub(crate) use checkpoint::Signing;
 pub(crate) use group::Group;
 pub(crate) use request::{Advance, CommitJob, Request, Sweep};
 
@@ -81,6 +83,8 @@ pub(crate) struct Writer {
     /// The writes of the groups handed to the syncer and not yet known to be on disk, oldest
     /// first: what a change reads after its own group's.
     pub unsynced: VecDeque<Overlay>,
+    /// What checkpoints are signed with (`None`: the tree is off).
+    pub signing: Option<Signing>,
 }
 
 /// A started writer: what the trail keeps of it.
@@ -96,10 +100,11 @@ pub(crate) struct Running {
 }
 
 /// Start the writer and syncer threads on a booted store: the writer counts on from `counters`,
-/// hands out pending ids after `last_pending_id` and versions from `version_base`.
+/// hands out pending ids after `last_pending_id` and versions from `version_base`, and signs
+/// checkpoints with `signing`.
 pub(crate) fn start(
     store: &Store,
-    (hasher, counters): (SubjectHasher, Counters),
+    (hasher, counters, signing): (SubjectHasher, Counters, Option<Signing>),
     options: &TrailOptions,
     clock: Arc<dyn Clock>,
     (last_pending_id, version_base): (u64, u64),
@@ -121,6 +126,7 @@ pub(crate) fn start(
         limits: options.limits,
         last_pending_id,
         unsynced: Default::default(),
+        signing,
     };
     let syncer = Syncer {
         store: store.clone(),

@@ -69,6 +69,9 @@ pub(crate) enum Request {
     Refresh(Box<RefreshReq>),
     /// Delete `m:refresh_pending`: every remote kind is refreshed.
     RefreshDone(oneshot::Sender<Result<(), StoreError>>),
+    /// Sign a checkpoint of the tree now if any row came since the last one; answered with
+    /// the checkpoint row's seq.
+    Checkpoint(oneshot::Sender<Result<Option<u64>, StoreError>>),
     /// Finish what is queued, flush, and stop; the sender is answered when done.
     Shutdown(oneshot::Sender<()>),
 }
@@ -87,6 +90,7 @@ impl Request {
             | Request::Begin(_)
             | Request::Finish(_)
             | Request::Refresh(_)
+            | Request::Checkpoint(_)
             | Request::Shutdown(_) => false,
             Request::Sweep(_) | Request::Settle(_) | Request::RefreshDone(_) => true,
         }

@@ -5,12 +5,13 @@
 //! and its outbox entity are encoded once, here, measured, and put into the batch only if the
 //! change is accepted.
 
-use rocksdb::{ColumnFamily, WriteBatch};
+use rocksdb::ColumnFamily;
 
-use crate::audit::bounds::usage::Usage;
+use super::group::Group;
 use crate::audit::context::Context;
 use crate::audit::hash::SubjectHasher;
 use crate::audit::row::{Change, Row, RowResult, Versioning, ROW_FORMAT};
+use crate::audit::tree::Frontier;
 use crate::store::keys;
 
 /// What the writer stamps every row with: the subject states' hasher, whether lifecycle events
@@ -107,18 +108,14 @@ impl Staged {
         (keys::ROW_KEY_LEN + self.value.len() + entity) as u64
     }
 
-    /// Put it into `batch` and count it into `usage`.
-    pub(crate) fn put(
-        self,
-        audit: &ColumnFamily,
-        batch: &mut WriteBatch,
-        usage: &mut Usage,
-    ) -> Row {
-        usage.rows += 1;
-        usage.bytes += self.bytes();
-        batch.put_cf(audit, keys::row_key(self.row.seq, self.row.at), &self.value);
+    /// Put it (and its tree nodes) into the group's batch and count it into its usage.
+    pub(crate) fn put(self, audit: &ColumnFamily, g: &mut Group) -> Row {
+        g.usage.rows += 1;
+        g.usage.bytes += self.bytes();
+        let (seq, at) = (self.row.seq, self.row.at);
+        Frontier::put_row(g.tree.as_mut(), audit, &mut g.batch, (seq, at), &self.value);
         if let Some(entity) = &self.entity {
-            batch.put_cf(audit, keys::outbox_key(self.row.seq), entity);
+            g.batch.put_cf(audit, keys::outbox_key(seq), entity);
         }
         self.row
     }

@@ -24,6 +24,7 @@ use crate::audit::bounds::usage::Usage;
 use crate::audit::dual::requests::Answer;
 use crate::audit::restore::refresh::RefreshAnswer;
 use crate::audit::row::Row;
+use crate::audit::tree::Frontier;
 use crate::store::{Store, StoreError};
 use crate::telemetry;
 
@@ -43,6 +44,10 @@ pub(crate) struct Counters {
     pub usage: Usage,
     /// The position of every configured lifecycle sink; `m:lifecycle_cursor` is their minimum.
     pub positions: BTreeMap<String, u64>,
+    /// The Merkle tree over the rows (`None`: `audit.tree` is off).
+    pub tree: Option<Frontier>,
+    /// The seq of the last checkpoint row (0: none yet).
+    pub checkpointed: u64,
 }
 
 /// A request taken into a group, waiting for the group's fate to be answered.
@@ -72,6 +77,11 @@ pub(crate) enum Taken {
     /// A meta key written for a caller (the refresh marker's deletion).
     Meta {
         reply: oneshot::Sender<Result<(), StoreError>>,
+    },
+    /// A checkpoint row the group ends with, and the callers that asked for one.
+    Checkpoint {
+        row: Option<Box<Row>>,
+        replies: Vec<oneshot::Sender<Result<Option<u64>, StoreError>>>,
     },
 }
 
@@ -270,6 +280,17 @@ pub(crate) fn complete(taken: Vec<Taken>, written: Result<u64, StoreError>, stal
             Taken::Refresh(answer) => answer.complete(&written),
             Taken::Meta { reply } => {
                 let _ = reply.send(written.as_ref().map(|_| ()).map_err(unwritten));
+            }
+            Taken::Checkpoint { row, replies } => {
+                let seq = row.as_ref().map(|r| r.seq);
+                if let (Ok(_), Some(row)) = (&written, row) {
+                    telemetry::audit::row_committed(&row);
+                    let size = row.detail.get("size").and_then(|s| s.as_u64());
+                    telemetry::audit::checkpoint_signed(row.seq, size.unwrap_or(0));
+                }
+                for reply in replies {
+                    let _ = reply.send(written.as_ref().map(|_| seq).map_err(unwritten));
+                }
             }
             Taken::Sweep { swept, reply } => {
                 let result = match &written {

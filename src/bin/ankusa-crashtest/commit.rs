@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use ankusa::audit::{Change, CommitError, Context, SystemClock, Trail, TrailOptions};
+use ankusa::audit::{Change, CommitError, Context, SystemClock, Trail, TrailOptions, TreeOptions};
 use ankusa::store::{Cf, Store};
 use serde_json::json;
 
@@ -34,8 +34,7 @@ pub fn exec(args: Args) {
         .expect("runtime");
     runtime.block_on(async move {
         let store = Store::open(&dir).expect("open store");
-        let trail =
-            Trail::start(store, TrailOptions::default(), Arc::new(SystemClock)).expect("trail");
+        let trail = Trail::start(store, options(), Arc::new(SystemClock)).expect("trail");
         println!("ready");
         let mut tasks = Vec::new();
         for w in 0..writers {
@@ -70,4 +69,15 @@ pub fn exec(args: Args) {
             let _ = t.await;
         }
     });
+}
+
+/// Checkpoints every 50 rows, so that kills land among checkpoint rows too.
+fn options() -> TrailOptions {
+    TrailOptions {
+        tree: TreeOptions {
+            checkpoint_rows: 50,
+            ..TreeOptions::default()
+        },
+        ..TrailOptions::default()
+    }
 }

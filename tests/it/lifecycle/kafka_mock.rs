@@ -66,7 +66,8 @@ async fn ten_thousand_events_reach_kafka_in_order_per_key_with_stable_ids() {
     };
     let publisher = Running::start(&trail, vec![spec], options).await;
     eventually("delivery", Duration::from_secs(60), async || {
-        publisher.statuses()[0].position == 10_000
+        // 10,000 changes and the checkpoint the 10,000th row brings.
+        publisher.statuses()[0].position == 10_001
     })
     .await;
 
@@ -77,7 +78,7 @@ async fn ten_thousand_events_reach_kafka_in_order_per_key_with_stable_ids() {
         .collect();
     let incarnation = trail.history().of(1).id;
     let mut per_key: HashMap<String, Vec<u64>> = HashMap::new();
-    for _ in 0..10_000 {
+    for _ in 0..10_001 {
         let m = tokio::time::timeout(Duration::from_secs(30), consumer.recv())
             .await
             .expect("record")
@@ -85,6 +86,11 @@ async fn ten_thousand_events_reach_kafka_in_order_per_key_with_stable_ids() {
         let headers = kafka_headers(&m);
         let seq: u64 = headers["ce_sequence"].parse().unwrap();
         let key = std::str::from_utf8(m.key().unwrap()).unwrap().to_owned();
+        if seq == 10_001 {
+            assert_eq!(key, "trail");
+            assert_eq!(headers["ce_type"], "io.ankusa.trail.checkpoint");
+            continue;
+        }
         assert_eq!(key, format!("t1/{}", resources[&seq]));
         assert_eq!(headers["ce_id"], event_id(incarnation, seq).to_string());
         assert!(!String::from_utf8_lossy(m.payload().unwrap()).contains("hunter2"));

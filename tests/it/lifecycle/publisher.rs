@@ -106,7 +106,13 @@ async fn ten_thousand_changes_reach_the_file_sink_in_seq_order_with_stable_ids()
         .into_iter()
         .filter(|r| r.publish)
         .collect();
-    assert_eq!(flagged.len(), 9_000);
+    // 9,000 source changes, and the checkpoint the 10,000th row brings (audit.checkpoint_rows).
+    assert_eq!(flagged.len(), 9_001);
+    let (sources, checkpoint) = flagged.split_at(9_000);
+    assert_eq!(
+        (checkpoint[0].seq, checkpoint[0].action.as_str()),
+        (10_001, "trail.checkpoint")
+    );
     // The position covers every row once it has passed the flagged ones: the trail's last
     // row may be one that publishes nothing.
     let last = *trail.committed().borrow();
@@ -120,7 +126,7 @@ async fn ten_thousand_changes_reach_the_file_sink_in_seq_order_with_stable_ids()
     let lines = read_lines(&events);
     let incarnation = trail.history().of(1).id;
     assert_eq!(lines.len(), flagged.len(), "exactly the flagged rows");
-    for (line, row) in lines.iter().zip(&flagged) {
+    for (line, row) in lines.iter().zip(sources) {
         assert_eq!(line["id"], event_id(incarnation, row.seq).to_string());
         assert_eq!(line["sequence"], format!("{:020}", row.seq));
         assert_eq!(line["type"], "io.ankusa.source.created");
@@ -130,6 +136,15 @@ async fn ten_thousand_changes_reach_the_file_sink_in_seq_order_with_stable_ids()
         assert_eq!(line["incarnation"], incarnation.to_string());
         assert_eq!(line["data"]["action"], "source.create");
     }
+    let line = &lines[9_000];
+    assert_eq!(line["type"], "io.ankusa.trail.checkpoint");
+    assert_eq!(line["partitionkey"], "trail");
+    assert_eq!(line["data"]["action"], "trail.checkpoint");
+    assert_eq!(
+        line["data"]["entity"],
+        Value::Object(checkpoint[0].detail.clone())
+    );
+    assert_eq!(line["data"]["entity"]["size"], 10_000);
     assert!(
         !std::fs::read_to_string(&events)
             .unwrap()

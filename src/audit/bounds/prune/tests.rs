@@ -43,6 +43,7 @@ impl Fixture {
             batch: &mut batch,
             usage: &mut self.usage,
             below,
+            tree: None,
         });
         self.head.handed_over();
         (batch, out)

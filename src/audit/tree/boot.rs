@@ -1,0 +1,147 @@
+//! The tree at start: read its frontier, or bring it up to the trail.
+//!
+//! A store written by this node with the tree on has every row in the tree already (each
+//! batch holds both). The tree lags the rows only on a store written before the tree existed,
+//! or while `audit.tree` was off: then the rows it lacks are appended now, in bounded batches,
+//! before the writer serves. When the first row it lacks was pruned meanwhile, the tree starts
+//! again at the oldest retained row. A tree that holds more rows than the trail means rows
+//! were removed behind the writer's back: the node refuses to start, and `ankusa audit verify`
+//! tells which.
+
+use std::time::Instant;
+
+use rocksdb::WriteBatch;
+
+use super::{stored_size, Frontier, TreeMeta};
+use crate::store::{keys, keys::meta, Cf, Store, StoreError};
+
+/// Rows appended per batch when the tree catches up.
+const CATCH_UP_BATCH: usize = 10_000;
+
+/// The tree's frontier at the trail's last seq `last_seq`, caught up first if it lags.
+pub(crate) fn frontier(store: &Store, last_seq: u64) -> Result<Frontier, StoreError> {
+    let first_row = first_row(store)?;
+    let (origin, size) = match TreeMeta::read(store)? {
+        None => (start_afresh(store, first_row.unwrap_or(last_seq + 1))?, 0),
+        Some(TreeMeta { origin }) => {
+            let size = stored_size(store)?;
+            let rows = (last_seq + 1).checked_sub(origin).ok_or_else(|| {
+                damaged(format!(
+                    "the tree starts at seq {origin}, after the trail's last seq {last_seq}"
+                ))
+            })?;
+            if size > rows {
+                return Err(damaged(format!(
+                    "the tree holds {size} rows from seq {origin} but the trail ends at seq \
+                     {last_seq}: rows were removed; run `ankusa audit verify`"
+                )));
+            }
+            match first_row {
+                Some(first) if size < rows && origin + size < first => {
+                    // Rows the tree lacks were pruned while it was off.
+                    tracing::warn!(
+                        target: "ankusa::audit",
+                        from = first,
+                        "the audit tree lacks pruned rows: it starts again at the oldest retained row"
+                    );
+                    (start_afresh(store, first)?, 0)
+                }
+                _ => (origin, size),
+            }
+        }
+    };
+    let mut frontier = Frontier::load(store, origin, size)?;
+    catch_up(store, &mut frontier, last_seq)?;
+    Ok(frontier)
+}
+
+/// Delete every node and start the tree at seq `origin`.
+fn start_afresh(store: &Store, origin: u64) -> Result<u64, StoreError> {
+    let audit = store.cf(Cf::Audit);
+    let mut batch = WriteBatch::default();
+    batch.delete_range_cf(audit, [keys::TREE], [keys::TREE + 1]);
+    batch.put_cf(
+        audit,
+        keys::meta_key(meta::TREE),
+        TreeMeta { origin }.encode(),
+    );
+    store.write(batch, true)?;
+    Ok(origin)
+}
+
+/// Append the rows after the tree's last leaf, up to `last_seq`.
+fn catch_up(store: &Store, frontier: &mut Frontier, last_seq: u64) -> Result<(), StoreError> {
+    if frontier.next_seq() > last_seq {
+        return Ok(());
+    }
+    let (from, started) = (frontier.next_seq(), Instant::now());
+    tracing::info!(
+        target: "ankusa::audit",
+        from,
+        to = last_seq,
+        "adding the trail's rows to the audit tree"
+    );
+    let audit = store.cf(Cf::Audit);
+    loop {
+        let mut batch = WriteBatch::default();
+        let mut rows = 0;
+        let mut gap = None;
+        store.scan(
+            Cf::Audit,
+            &[keys::ROW],
+            &keys::row_seek(frontier.next_seq()),
+            |k, v| {
+                match keys::decode_row_key(k) {
+                    Some((seq, _)) if seq == frontier.next_seq() => {}
+                    Some((seq, _)) if seq > last_seq => return false,
+                    _ => {
+                        gap = Some(frontier.next_seq());
+                        return false;
+                    }
+                }
+                frontier.put_nodes(audit, &mut batch, k, v);
+                rows += 1;
+                rows < CATCH_UP_BATCH
+            },
+        )?;
+        // Each batch is whole: a crash between batches leaves a shorter tree, caught up again.
+        store.write(batch, true)?;
+        if let Some(seq) = gap {
+            return Err(damaged(format!(
+                "row {seq} is missing from the trail: the tree cannot go past it"
+            )));
+        }
+        if frontier.next_seq() > last_seq {
+            break;
+        }
+        if rows == 0 {
+            return Err(damaged(format!(
+                "the trail ends before its last seq {last_seq}"
+            )));
+        }
+    }
+    tracing::info!(
+        target: "ankusa::audit",
+        rows = frontier.next_seq() - from,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "the audit tree holds every row"
+    );
+    Ok(())
+}
+
+/// The seq of the oldest row.
+fn first_row(store: &Store) -> Result<Option<u64>, StoreError> {
+    let mut first = None;
+    store.scan(Cf::Audit, &[keys::ROW], &[keys::ROW], |k, _| {
+        first = keys::decode_row_key(k).map(|(s, _)| s);
+        false
+    })?;
+    Ok(first)
+}
+
+fn damaged(detail: String) -> StoreError {
+    StoreError::Corrupt {
+        what: "the audit tree".into(),
+        detail,
+    }
+}

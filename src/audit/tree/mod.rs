@@ -1,0 +1,376 @@
+//! The trail's Merkle tree: every row, in seq order, is a leaf of an RFC 6962 tree, so that a
+//! signed checkpoint (origin, size, root) commits to every row up to its size, and any change,
+//! loss or reordering of a row shows.
+//!
+//! The tree is stored as Go's `golang.org/x/mod/sumdb/tlog` stores it (the `tlog_tiles` crate
+//! is its port): every complete subtree's hash, once, at its stored-hash index (`t`+index). A
+//! row's leaf and the subtrees it completes have consecutive indexes, so the writer appends
+//! them in the row's own batch, and a batch never leaves a row outside the tree or the tree
+//! ahead of the rows. The leaf input is the row's key followed by its value: the bytes the
+//! store holds, as `audit tail` reads them.
+//!
+//! The writer keeps the frontier (the compact range: the roots of the complete subtrees that
+//! make up the tree) in memory; it is all an append and a root read. Retention deletes a
+//! row's nodes with the row, all but those the frontier at the oldest retained row still
+//! needs: those, and every node of a later row, give every root and every proof about the
+//! retained rows, never the pruned rows themselves.
+//!
+//! Parts: `checkpoint.rs` signs and reads checkpoints; `boot.rs` brings the tree up to the
+//! trail at start; `proof.rs` reads inclusion and consistency proofs; `verify.rs` checks a
+//! whole store offline.
+
+pub(crate) mod boot;
+pub mod checkpoint;
+pub mod proof;
+pub mod verify;
+
+use rocksdb::{ColumnFamily, WriteBatch};
+use serde::{Deserialize, Serialize};
+use tlog_tiles::{Error as TlogError, HashReader};
+
+pub use tlog_tiles::Hash;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::audit::writer::Request;
+use crate::audit::Trail;
+use crate::store::{keys, keys::meta, Cf, Store, StoreError};
+
+/// The tree and its checkpoints (`[audit] tree`, `checkpoint_rows`, `checkpoint_interval`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TreeOptions {
+    /// Whether rows join the tree and checkpoints are signed.
+    pub enabled: bool,
+    /// A checkpoint is signed once this many rows came since the last one...
+    pub checkpoint_rows: u64,
+    /// ...or this long after the last one, if any row came since.
+    pub checkpoint_interval: std::time::Duration,
+}
+
+impl Default for TreeOptions {
+    fn default() -> Self {
+        TreeOptions {
+            enabled: true,
+            checkpoint_rows: 10_000,
+            checkpoint_interval: std::time::Duration::from_secs(60),
+        }
+    }
+}
+
+/// `m:tree`: where the tree starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TreeMeta {
+    /// The seq of leaf 0. A new store's tree starts at its first row (1); a store that had
+    /// rows before it had a tree starts at its oldest retained row then.
+    pub origin: u64,
+}
+
+impl TreeMeta {
+    /// Read `m:tree`; `None` when the store has no tree.
+    pub fn read(store: &Store) -> Result<Option<TreeMeta>, StoreError> {
+        store
+            .meta(meta::TREE)?
+            .map(|v| {
+                serde_json::from_slice(&v).map_err(|e| StoreError::Corrupt {
+                    what: "m:tree".into(),
+                    detail: e.to_string(),
+                })
+            })
+            .transpose()
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("tree meta always serializes")
+    }
+}
+
+/// The leaf input of a row: its key, then its value, as stored.
+pub fn leaf_input(key: &[u8], value: &[u8]) -> Vec<u8> {
+    let mut input = Vec::with_capacity(key.len() + value.len());
+    input.extend_from_slice(key);
+    input.extend_from_slice(value);
+    input
+}
+
+/// The leaf hash of the row with `key` and `value` (RFC 6962: SHA-256 of 0x00 and the input).
+pub fn leaf_hash(key: &[u8], value: &[u8]) -> Hash {
+    tlog_tiles::record_hash(&leaf_input(key, value))
+}
+
+/// The tree as the rows so far leave it: its size and its frontier.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Frontier {
+    /// The seq of leaf 0.
+    origin: u64,
+    /// Leaves so far.
+    size: u64,
+    /// The roots of the complete subtrees making up the tree, largest (leftmost) first, with
+    /// their stored-hash indexes.
+    nodes: Vec<(u64, Hash)>,
+}
+
+impl HashReader for Frontier {
+    fn read_hashes(&self, indexes: &[u64]) -> Result<Vec<Hash>, TlogError> {
+        indexes
+            .iter()
+            .map(|i| {
+                self.nodes
+                    .iter()
+                    .find(|(j, _)| j == i)
+                    .map(|(_, h)| *h)
+                    .ok_or(TlogError::IndexesNotInTree)
+            })
+            .collect()
+    }
+}
+
+impl Frontier {
+    /// An empty tree whose leaf 0 will be row `origin`.
+    #[cfg(test)]
+    pub(crate) fn empty(origin: u64) -> Frontier {
+        Frontier {
+            origin,
+            size: 0,
+            nodes: Vec::new(),
+        }
+    }
+
+    /// The frontier of the stored tree of `size` leaves from `origin`, read from the store.
+    pub(crate) fn load(store: &Store, origin: u64, size: u64) -> Result<Frontier, StoreError> {
+        let nodes = if size == 0 {
+            Vec::new()
+        } else {
+            let indexes = tlog_tiles::sub_tree_index(0, size, Vec::new());
+            let hashes = Stored(store)
+                .read_hashes(&indexes)
+                .map_err(|e| tree_damaged(&e))?;
+            indexes.into_iter().zip(hashes).collect()
+        };
+        Ok(Frontier {
+            origin,
+            size,
+            nodes,
+        })
+    }
+
+    /// The seq of leaf 0.
+    pub(crate) fn origin(&self) -> u64 {
+        self.origin
+    }
+
+    /// Leaves so far.
+    pub(crate) fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The seq the next leaf must be.
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.origin + self.size
+    }
+
+    /// The root hash of the tree as it is.
+    pub(crate) fn root(&self) -> Hash {
+        tlog_tiles::tree_hash(self.size, self).expect("the frontier holds every root a tree has")
+    }
+
+    /// Add the row with `key` and `value` as the next leaf; returns the nodes to store, with
+    /// their stored-hash indexes.
+    pub(crate) fn append(&mut self, key: &[u8], value: &[u8]) -> Vec<(u64, Hash)> {
+        let n = self.size;
+        let hashes = tlog_tiles::stored_hashes(n, &leaf_input(key, value), self)
+            .expect("the frontier holds every node an append reads");
+        // The leaf completed `completed` subtrees, each consuming one root of the frontier.
+        let completed = hashes.len() - 1;
+        let start = tlog_tiles::stored_hash_index(0, n);
+        let top = *hashes.last().expect("an append stores at least the leaf");
+        self.nodes.truncate(self.nodes.len() - completed);
+        self.nodes.push((start + completed as u64, top));
+        self.size += 1;
+        (start..).zip(hashes).collect()
+    }
+
+    /// Put the row (`seq`, `at`, `value`) into `batch`, and its tree nodes beside it when the
+    /// tree is on. The rows of a batch are put in seq order.
+    pub(crate) fn put_row(
+        tree: Option<&mut Frontier>,
+        audit: &ColumnFamily,
+        batch: &mut WriteBatch,
+        (seq, at): (u64, u64),
+        value: &[u8],
+    ) {
+        let key = keys::row_key(seq, at);
+        batch.put_cf(audit, key, value);
+        if let Some(tree) = tree {
+            debug_assert_eq!(seq, tree.next_seq(), "rows join the tree in seq order");
+            tree.put_nodes(audit, batch, &key, value);
+        }
+    }
+
+    /// Append the row with `key` and `value` and put the nodes it adds into `batch`.
+    pub(crate) fn put_nodes(
+        &mut self,
+        audit: &ColumnFamily,
+        batch: &mut WriteBatch,
+        key: &[u8],
+        value: &[u8],
+    ) {
+        for (index, hash) in self.append(key, value) {
+            batch.put_cf(audit, keys::tree_key(index), hash.0);
+        }
+    }
+}
+
+/// Delete from `batch` the nodes that only pruned rows need: `seqs` are the rows a batch
+/// deletes, oldest first, each the oldest row left before it (retention and the ceilings
+/// delete from the head). For leaf `k`, that is every node leaf `k` completed but the
+/// largest (the frontier at `k + 1` keeps it) and the frontier roots that largest consumed.
+pub(crate) fn prune(audit: &ColumnFamily, batch: &mut WriteBatch, origin: u64, seqs: &[u64]) {
+    for &seq in seqs.iter().filter(|&&s| s >= origin) {
+        let k = seq - origin;
+        let completed = (k + 1).trailing_zeros() as u8;
+        for level in 0..completed {
+            // The frontier root it consumed at this level, then its own node there.
+            batch.delete_cf(
+                audit,
+                keys::tree_key(tlog_tiles::stored_hash_index(level, (k >> level) - 1)),
+            );
+            batch.delete_cf(
+                audit,
+                keys::tree_key(tlog_tiles::stored_hash_index(level, k >> level)),
+            );
+        }
+    }
+}
+
+/// The size of the stored tree: the leaves whose nodes the last stored node completes.
+pub(crate) fn stored_size(store: &Store) -> Result<u64, StoreError> {
+    let Some((key, _)) = store.last(Cf::Audit, &[keys::TREE])? else {
+        return Ok(0);
+    };
+    let index = keys::decode_seq_key(keys::TREE, &key).ok_or_else(|| StoreError::Corrupt {
+        what: "the audit tree".into(),
+        detail: "a tree key of the wrong length".into(),
+    })?;
+    let (level, n) = tlog_tiles::split_stored_hash_index(index);
+    // The last node an append stores is the largest subtree it completes: record
+    // ((n + 1) << level) - 1.
+    Ok((n + 1) << level)
+}
+
+/// Reads stored nodes from the store (written batches only).
+pub(crate) struct Stored<'a>(pub &'a Store);
+
+impl HashReader for Stored<'_> {
+    fn read_hashes(&self, indexes: &[u64]) -> Result<Vec<Hash>, TlogError> {
+        indexes
+            .iter()
+            .map(|&i| match self.0.get(Cf::Audit, &keys::tree_key(i)) {
+                Ok(Some(v)) => <[u8; 32]>::try_from(v.as_slice())
+                    .map(Hash)
+                    .map_err(|_| TlogError::MalformedHash),
+                Ok(None) => Err(TlogError::IndexesNotInTree),
+                Err(e) => Err(TlogError::InvalidInput(e.to_string())),
+            })
+            .collect()
+    }
+}
+
+fn tree_damaged(e: &TlogError) -> StoreError {
+    StoreError::Corrupt {
+        what: "the audit tree".into(),
+        detail: format!("a node of the frontier cannot be read: {e}"),
+    }
+}
+
+impl Trail {
+    /// Sign a checkpoint now if any row came since the last one: the row's seq, or `None`.
+    pub async fn checkpoint_now(&self) -> Result<Option<u64>, StoreError> {
+        if !self.tree.enabled {
+            return Ok(None);
+        }
+        self.ask(Request::Checkpoint).await
+    }
+
+    /// The newest signed checkpoint (`m:checkpoint`).
+    pub async fn newest_checkpoint(
+        &self,
+    ) -> Result<Option<checkpoint::SignedCheckpoint>, StoreError> {
+        let store = self.store.clone();
+        blocking(move || checkpoint::SignedCheckpoint::newest(&store)).await?
+    }
+
+    /// The proof that row `seq` is in the tree of `size` leaves (`None`: the newest
+    /// checkpoint's size).
+    pub async fn inclusion_proof(
+        &self,
+        seq: u64,
+        size: Option<u64>,
+    ) -> Result<proof::InclusionProof, proof::ProofError> {
+        let (store, committed) = (self.store.clone(), *self.committed.borrow());
+        blocking(move || {
+            let tree_size = tree_size(&store, committed)?;
+            let size = match size {
+                Some(size) => size,
+                None => checkpoint::SignedCheckpoint::newest(&store)?.map_or(tree_size, |c| c.size),
+            };
+            proof::inclusion(&store, seq, size, tree_size)
+        })
+        .await?
+    }
+
+    /// The proof that the tree of `from` leaves is a prefix of the tree of `to` leaves.
+    pub async fn consistency_proof(
+        &self,
+        from: u64,
+        to: u64,
+    ) -> Result<proof::ConsistencyProof, proof::ProofError> {
+        let (store, committed) = (self.store.clone(), *self.committed.borrow());
+        blocking(move || {
+            let tree_size = tree_size(&store, committed)?;
+            proof::consistency(&store, from, to, tree_size)
+        })
+        .await?
+    }
+
+    /// Sign a checkpoint every `audit.checkpoint_interval` while rows come, until `stop`.
+    pub fn spawn_checkpoints(&self, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+        let (trail, every) = (self.clone(), self.tree.checkpoint_interval);
+        tokio::spawn(async move {
+            if !trail.tree.enabled {
+                return;
+            }
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                if let Err(e) = trail.checkpoint_now().await {
+                    tracing::warn!(target: "ankusa::audit", error = %e, "checkpoint not signed");
+                }
+            }
+        })
+    }
+}
+
+/// The tree's size once every row up to `committed` is in it.
+fn tree_size(store: &Store, committed: u64) -> Result<u64, proof::ProofError> {
+    let origin = TreeMeta::read(store)?
+        .ok_or(proof::ProofError::NoTree)?
+        .origin;
+    Ok((committed + 1).saturating_sub(origin))
+}
+
+/// Run `f` on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, StoreError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("a tree read did not finish: {e}")))
+}
+
+#[cfg(test)]
+mod tests;
