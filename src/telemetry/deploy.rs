@@ -266,7 +266,10 @@ fn every_rule_and_dashboard_query_names_an_exported_metric() {
         .chain(rules.alerts.iter().map(|a| &a.query))
         .chain(&panels)
         .collect();
-    assert!(rules.alerts.len() >= 10 && panels.len() >= 20, "{queries:?}");
+    assert!(
+        rules.alerts.len() >= 10 && panels.len() >= 20,
+        "{queries:?}"
+    );
     assert_eq!(
         unknown_names(&queries, &exported, &recorded),
         Ok(Vec::new())
@@ -295,7 +298,9 @@ fn a_query_naming_a_metric_the_node_does_not_export_fails() {
     let recorded = BTreeSet::from(["ankusa:sink_lag:max".to_owned()]);
     assert_eq!(
         unknown_names(&queries, &exported(), &recorded),
-        Ok(vec!["panel \"Lag\" (\"B\"): ankusa_lifecycle_sink_lag_secs".to_owned()])
+        Ok(vec![
+            "panel \"Lag\" (\"B\"): ankusa_lifecycle_sink_lag_secs".to_owned()
+        ])
     );
     // A recording rule that is not defined is unknown too.
     assert_eq!(

@@ -28,7 +28,8 @@ struct Metrics {
     sink_state: IntGaugeVec,
 }
 
-static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
+static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
+    Metrics {
     delivered: counter_vec(
         "lifecycle_delivered_total",
         "Events a sink confirmed",
@@ -81,6 +82,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
         "A sink's state: 1 for the one it is in (running, retrying, disabled, stopped), 0 for the others",
         &["sink", "state"],
     ),
+}
 });
 
 /// One delivery attempt of a batch took `elapsed`.
