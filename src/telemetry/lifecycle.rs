@@ -28,8 +28,7 @@ struct Metrics {
     sink_state: IntGaugeVec,
 }
 
-static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
-    Metrics {
+static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     delivered: counter_vec(
         "lifecycle_delivered_total",
         "Events a sink confirmed",
@@ -79,10 +78,9 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     ),
     sink_state: gauge_vec(
         "lifecycle_sink_state",
-        "A sink's state: 1 for the one it is in (running, retrying, disabled, stopped), 0 for the others",
+        "A sink's state (running, retrying, disabled, stopped): 1 for its own, 0 for the others",
         &["sink", "state"],
     ),
-}
 });
 
 /// One delivery attempt of a batch took `elapsed`.
