@@ -171,8 +171,12 @@ async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     }
 }
 
-/// Prometheus metrics.
-async fn metrics() -> impl IntoResponse {
+/// Prometheus metrics. Each sink's lag and state are reported as of the scrape, not as of
+/// its last confirmation.
+async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    if let Some(publisher) = state.lifecycle.as_deref() {
+        publisher.report_metrics();
+    }
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         telemetry::render(),

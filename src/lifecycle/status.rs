@@ -23,6 +23,26 @@ pub enum SinkState {
     Stopped,
 }
 
+impl SinkState {
+    /// Every state, as `ankusa_lifecycle_sink_state` lists them.
+    pub const ALL: [SinkState; 4] = [
+        SinkState::Running,
+        SinkState::Retrying,
+        SinkState::Disabled,
+        SinkState::Stopped,
+    ];
+
+    /// The state's name, as the API and the metrics spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SinkState::Running => "running",
+            SinkState::Retrying => "retrying",
+            SinkState::Disabled => "disabled",
+            SinkState::Stopped => "stopped",
+        }
+    }
+}
+
 /// One sink's status.
 #[derive(Debug, Clone, Serialize)]
 pub struct SinkStatus {
@@ -80,7 +100,8 @@ pub fn update(status: &SharedStatus, f: impl FnOnce(&mut SinkStatus)) {
     }
 }
 
-/// Publish a sink's persisted position and its lag (age of the oldest unconfirmed event).
+/// Publish a sink's persisted position, its lag (age of the oldest unconfirmed event, as of
+/// now) and its state.
 pub fn report_position(sink: &str, status: &SharedStatus) {
     let snapshot = snapshot(status);
     let now = chrono::Utc::now().timestamp_millis().max(0) as u64;
@@ -88,6 +109,8 @@ pub fn report_position(sink: &str, status: &SharedStatus) {
         .oldest_unconfirmed_at
         .map_or(0, |at| now.saturating_sub(at));
     telemetry::lifecycle::position_reported(sink, snapshot.position, Duration::from_millis(lag));
+    let states = SinkState::ALL.map(SinkState::as_str);
+    telemetry::lifecycle::state_reported(sink, snapshot.state.as_str(), &states);
 }
 
 /// A publisher error of sink `sink` (not a delivery outcome): logged, counted, and shown as

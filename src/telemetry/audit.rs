@@ -118,9 +118,23 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     ),
 });
 
-/// Register the trail's metrics, so `/metrics` serves them before the first commit.
+/// Register the trail's metrics, so `/metrics` serves them before the first commit. The
+/// counters alerts watch start at 0 for each of their labels' values: a series first seen
+/// at 1 has no increase, so its first event would go unnoticed.
 pub(super) fn register_trail() {
-    LazyLock::force(&METRICS);
+    let m = LazyLock::force(&METRICS);
+    for result in ["ok", "failed", "interrupted"] {
+        m.rows.with_label_values(&[result]);
+    }
+    for reason in ["retention", "ceiling"] {
+        m.pruned_rows.with_label_values(&[reason]);
+    }
+    for reason in ["backlog", "ceiling"] {
+        m.refused.with_label_values(&[reason]);
+    }
+    for direction in ["ahead", "behind"] {
+        m.clock_jumps.with_label_values(&[direction]);
+    }
 }
 
 /// The spec's `[:ankusa, :audit]`: one event per committed row.

@@ -1,11 +1,11 @@
 //! The publisher's events (`ankusa_lifecycle_*`), per sink: deliveries, retries, dead
 //! letters (made, and held against `lifecycle.max_dead_letters`), errors by kind, delivery
-//! latency, commit-to-confirmation time, and each sink's persisted position and lag.
+//! latency, commit-to-confirmation time, and each sink's persisted position, lag and state.
 //!
 //! The sink's name is the only label besides a low-cardinality error kind (the sinks'
-//! outcome reasons are fixed strings). The sinks crate counts nothing itself: every outcome
-//! of a sink comes back to the publisher, which reports it here. The publisher's log lines
-//! stay beside its loop for now; only its metrics are defined here.
+//! outcome reasons are fixed strings) or a state. The sinks crate counts nothing itself:
+//! every outcome of a sink comes back to the publisher, which reports it here. The
+//! publisher's log lines stay beside its loop for now; only its metrics are defined here.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -25,6 +25,7 @@ struct Metrics {
     confirmed_seconds: HistogramVec,
     sink_position: IntGaugeVec,
     sink_lag_seconds: IntGaugeVec,
+    sink_state: IntGaugeVec,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
@@ -74,6 +75,11 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
         "lifecycle_sink_lag_seconds",
         "Age of the oldest event a sink has not confirmed (0 when caught up)",
         &["sink"],
+    ),
+    sink_state: gauge_vec(
+        "lifecycle_sink_state",
+        "A sink's state (running, retrying, disabled, stopped): 1 for its own, 0 for the others",
+        &["sink", "state"],
     ),
 });
 
@@ -131,6 +137,17 @@ pub fn position_reported(sink: &str, position: u64, lag: Duration) {
         .set(lag.as_secs() as i64);
 }
 
+/// The sink is in `state`, one of `states`: 1 for it and 0 for the others, so that an alert
+/// can say how long a sink has been in a state.
+pub fn state_reported(sink: &str, state: &str, states: &[&str]) {
+    for s in states {
+        METRICS
+            .sink_state
+            .with_label_values(&[sink, s])
+            .set(i64::from(*s == state));
+    }
+}
+
 /// Give every metric of the area a value, so the registry renders each.
 #[cfg(test)]
 pub(super) fn touch_every_metric() {
@@ -140,4 +157,5 @@ pub(super) fn touch_every_metric() {
     dead_letters_held("file", 1);
     sink_failed("file", "publisher", true);
     position_reported("file", 1, Duration::from_secs(1));
+    state_reported("file", "running", &["running", "retrying"]);
 }

@@ -177,6 +177,15 @@ impl Publisher {
         self.statuses.iter().map(status::snapshot).collect()
     }
 
+    /// Bring every sink's position, lag and state metrics up to now, for a scrape: a sink
+    /// that is retrying or disabled confirms nothing, so nothing else would report its
+    /// growing lag.
+    pub fn report_metrics(&self) {
+        for s in &self.statuses {
+            status::report_position(&status::snapshot(s).name, s);
+        }
+    }
+
     /// How many dead letters sink `name` holds, kept with its lane: what removing its dead
     /// letters (`dead_letters::drop_letter`, `redrive`) counts out.
     pub fn held(&self, name: &str) -> Option<Held> {

@@ -24,6 +24,13 @@ pub(crate) async fn read_until(
     eventually(&what, Duration::from_secs(30), read).await
 }
 
+/// The value of `series` (a name and its labels, as rendered) in a `/metrics` text.
+fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
 /// Lists `sinks` and defines sink `hook`: a webhook to `url` that retries quickly.
 pub(crate) fn hook_sink(v: &mut Value, sinks: Value, url: &str) {
     v["lifecycle"]["sinks"] = sinks;
@@ -245,6 +252,35 @@ async fn a_disabled_sink_is_enabled_again_by_an_operator() {
         json!({"sink": "hook", "reason": "http_410", "position": 0})
     );
     assert_eq!(row["publish"], false);
+    // The metrics say so as of each scrape: the state, and a lag that grows while the sink
+    // confirms nothing (what the deploy/ alerts read).
+    let scraped = async || {
+        let metrics = reqwest::get(node.url("/metrics"))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        let lag = sample(
+            &metrics,
+            r#"ankusa_lifecycle_sink_lag_seconds{sink="hook"}"#,
+        )?;
+        (lag >= 2.0).then_some(metrics)
+    };
+    let metrics = eventually("the lag to grow", Duration::from_secs(30), scraped).await;
+    for (state, value) in [
+        ("running", 0.0),
+        ("retrying", 0.0),
+        ("disabled", 1.0),
+        ("stopped", 0.0),
+    ] {
+        let series = format!(r#"ankusa_lifecycle_sink_state{{sink="hook",state="{state}"}}"#);
+        assert_eq!(
+            sample(&metrics, &series),
+            Some(value),
+            "{series} in\n{metrics}"
+        );
+    }
 
     // Refused without admin:write, or for a sink nobody configured: no row either way.
     let r = node.call(Method::POST, enable, READER, None).await;
@@ -276,6 +312,20 @@ async fn a_disabled_sink_is_enabled_again_by_an_operator() {
     .await;
     assert_eq!(s["sinks"][0]["state"], "running");
     assert_eq!(receiver.sequences(), vec![1]);
+    let metrics = reqwest::get(node.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for (state, value) in [("running", 1.0), ("disabled", 0.0)] {
+        let series = format!(r#"ankusa_lifecycle_sink_state{{sink="hook",state="{state}"}}"#);
+        assert_eq!(
+            sample(&metrics, &series),
+            Some(value),
+            "{series} in\n{metrics}"
+        );
+    }
     let row = node.row(3).await;
     assert_eq!(
         (&row["action"], &row["resource"], &row["actor"]),
