@@ -14,6 +14,7 @@ bench: ## Throughput and latency figures, as ratios against raw baselines
 	cargo bench --bench publish
 	cargo bench --bench replica
 	cargo bench --bench retention
+	cargo bench --bench verify
 	cargo bench --bench load
 
 lint:  ## Formatting and clippy, as CI wants them

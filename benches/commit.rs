@@ -4,7 +4,8 @@
 //! - ours: `Trail::commit` of a source write plus its row (the real path: validation on the
 //!   writer thread, hashing, one synced batch per group);
 //! - raw: the same number of OS threads each writing a `WriteBatch` of the same bytes (the
-//!   subject value, a row of the same size and the meta counters) with `sync = true`.
+//!   subject value, a row of the same size and the meta counters) with `sync = true`;
+//! - ours without the Merkle tree (`audit.tree = false`): what the tree costs (on/off).
 //!
 //! Synced writes on a shared machine vary a lot from second to second, so each concurrency
 //! runs [`ROUNDS`] rounds of ours and raw back to back; it prints every round, the median of
@@ -19,7 +20,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::env::env;
-use ankusa::audit::{Change, CommitError, Context, Limits, SystemClock, Trail, TrailOptions};
+use ankusa::audit::{
+    Change, CommitError, Context, Limits, SystemClock, Trail, TrailOptions, TreeOptions,
+};
 use ankusa::store::Cf;
 use serde_json::json;
 
@@ -37,32 +40,34 @@ fn main() {
     println!("commit throughput, synced writes, {ROUNDS} rounds of {secs} s per measurement");
     if let Some(n) = env("ANKUSA_BENCH_OURS_ONLY") {
         // One measurement of ours alone, for a profiler.
-        println!("{n:>11} committers: ours {:.0}/s", bench_ours(n, run_for));
+        println!("{n:>11} committers: ours {:.0}/s", bench_ours(n, run_for, true));
         return;
     }
     println!(
-        "{:>11} {:>14} {:>14} {:>9}",
-        "committers", "ours/s", "raw/s", "ours/raw"
+        "{:>11} {:>14} {:>14} {:>9} {:>14} {:>9}",
+        "committers", "ours/s", "raw/s", "ours/raw", "tree off/s", "on/off"
     );
     let mut ours_at = vec![];
     for n in [1usize, 8, 64] {
         let mut ours = Vec::with_capacity(ROUNDS);
         let mut raw = Vec::with_capacity(ROUNDS);
+        let mut off = Vec::with_capacity(ROUNDS);
         for round in 1..=ROUNDS {
-            ours.push(bench_ours(n, run_for));
+            ours.push(bench_ours(n, run_for, true));
             raw.push(bench_raw(n, run_for));
+            off.push(bench_ours(n, run_for, false));
+            let (o, r, f) = (ours[round - 1], raw[round - 1], off[round - 1]);
             println!(
-                "{:>11} {:>14.0} {:>14.0} {:>9.2}   round {round}",
-                n,
-                ours[round - 1],
-                raw[round - 1],
-                ours[round - 1] / raw[round - 1]
+                "{n:>11} {o:>14.0} {r:>14.0} {:>9.2} {f:>14.0} {:>9.2}   round {round}",
+                o / r,
+                o / f
             );
         }
-        let (ours, raw) = (median(ours), median(raw));
+        let (ours, raw, off) = (median(ours), median(raw), median(off));
         println!(
-            "{n:>11} {ours:>14.0} {raw:>14.0} {:>9.2}   median",
-            ours / raw
+            "{n:>11} {ours:>14.0} {raw:>14.0} {:>9.2} {off:>14.0} {:>9.2}   median",
+            ours / raw,
+            ours / off
         );
         ours_at.push(ours);
     }
@@ -86,7 +91,7 @@ fn subject(key: &str) -> serde_json::Value {
     })
 }
 
-fn bench_ours(committers: usize, run_for: Duration) -> f64 {
+fn bench_ours(committers: usize, run_for: Duration, tree: bool) -> f64 {
     let dir = tempfile::tempdir().unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -98,6 +103,10 @@ fn bench_ours(committers: usize, run_for: Duration) -> f64 {
             limits: Limits {
                 max_rows: env("ANKUSA_BENCH_MAX_ROWS").unwrap_or(Limits::default().max_rows),
                 ..Limits::default()
+            },
+            tree: TreeOptions {
+                enabled: tree,
+                ..TreeOptions::default()
             },
             ..TrailOptions::default()
         };
