@@ -64,6 +64,18 @@ pub fn event_type(row: &EventRow<'_>) -> String {
 /// What every event type starts with.
 const PREFIX: &str = "io.ankusa.";
 
+/// Where the JSON Schemas of the events' data are named (`schemas/`, served under
+/// `/admin/v1/schemas/`). Fixed, not derived from `node.uri`: a type's schema keeps its
+/// identifier when a node moves, and is the same for every node of a fleet.
+pub const SCHEMA_BASE: &str = "https://ankusa.io/schemas/";
+
+/// The `dataschema` of an event of type `ty`: the `$id` of the JSON Schema of its data,
+/// `<SCHEMA_BASE><ty>.v1.json`. A change to a type's data that a v1 reader would refuse
+/// gets a new version, and so a new URI.
+pub fn dataschema(ty: &str) -> String {
+    [SCHEMA_BASE, ty, ".v1.json"].concat()
+}
+
 /// The partition key: `tenant/resource` (the Kafka record key; per-key order is kept).
 pub fn partition_key(row: &EventRow<'_>) -> String {
     match &row.tenant {
@@ -115,13 +127,15 @@ pub fn build(
     let time: DateTime<Utc> = DateTime::from_timestamp_millis(row.at as i64)
         .ok_or_else(|| err(format!("bad time {}", row.at)))?;
     let data = data(row, entity);
+    let ty = event_type(row);
+    let schema = dataschema(&ty);
     let mut event = EventBuilderV10::new()
         .id(uuid_text(event_id(incarnation, row.seq)))
-        .ty(event_type(row))
+        .ty(ty)
         .source(source)
         .subject(row.resource.as_ref())
         .time(time)
-        .data("application/json", data)
+        .data_with_schema("application/json", schema, data)
         .extension("sequence", sequence(row.seq))
         .extension("incarnation", uuid_text(incarnation))
         .extension("partitionkey", partition_key(row));
@@ -257,6 +271,10 @@ mod tests {
         assert_eq!(e.subject(), Some("routes/r1"));
         assert_eq!(e.time().unwrap().timestamp_millis(), 1_700_000_000_123);
         assert_eq!(e.datacontenttype(), Some("application/json"));
+        assert_eq!(
+            e.dataschema().map(|u| u.as_str()),
+            Some("https://ankusa.io/schemas/io.ankusa.route.updated.v1.json")
+        );
         assert_eq!(
             e.extension("sequence").unwrap().to_string(),
             "00000000000000000042"

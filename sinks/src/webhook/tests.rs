@@ -9,7 +9,8 @@ use super::sink::parse_retry_after;
 use super::*;
 use crate::test_support::receiver::{OLD_SECRET, RECEIVER_SECRET};
 use crate::test_support::{
-    event_id, sample, sample_data, sample_json, Receiver, Recorded, Reply, INCARNATION, SOURCE,
+    event_id, sample, sample_data, sample_json, Receiver, Recorded, Reply, DATASCHEMA, INCARNATION,
+    SOURCE,
 };
 use crate::{Delivery, Outcome, RetryPolicy, Sink, SinkError};
 
@@ -62,6 +63,7 @@ async fn binary_mode_sends_ce_headers_data_and_a_valid_signature() {
     assert_eq!(got.header("ce-source"), SOURCE);
     assert_eq!(got.header("ce-subject"), "routes/acme/r1");
     assert_eq!(got.header("ce-time"), "2024-05-06T07:08:16+00:00");
+    assert_eq!(got.header("ce-dataschema"), DATASCHEMA);
     assert_eq!(got.header("ce-sequence"), "00000000000000000007");
     assert_eq!(got.header("ce-incarnation"), INCARNATION);
     assert_eq!(got.header("ce-partitionkey"), "acme/r1");
