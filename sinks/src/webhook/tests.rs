@@ -480,7 +480,7 @@ fn binary_requests_match_the_sdk_binding() {
         "traceparent",
         "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
     );
-    for (event, headers) in [(json, 10), (bytes, 10), (traced, 11)] {
+    for (event, headers) in [(json, 11), (bytes, 11), (traced, 12)] {
         let ours = sink.binary(&event).unwrap();
         let sdk = reqwest::Client::new()
             .post(URL)
