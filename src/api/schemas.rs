@@ -102,16 +102,17 @@ pub fn named(name: &str) -> Option<&'static Schema> {
 
 /// The schema of the data of event type `event_type`.
 pub fn of_type(event_type: &str) -> Option<&'static Schema> {
-    SCHEMAS
-        .iter()
-        .find(|s| s.event_type == Some(event_type))
+    SCHEMAS.iter().find(|s| s.event_type == Some(event_type))
 }
 
 /// `GET /admin/v1/schemas/{name}`: one schema, public like the OpenAPI document.
 pub(crate) async fn get(ApiPath(name): ApiPath<String>) -> Result<impl IntoResponse, ApiError> {
-    let schema = named(&name)
-        .ok_or_else(|| ApiError::NotFound("no schema has this name".to_owned()))?;
-    Ok(([(header::CONTENT_TYPE, "application/schema+json")], schema.text))
+    let schema =
+        named(&name).ok_or_else(|| ApiError::NotFound("no schema has this name".to_owned()))?;
+    Ok((
+        [(header::CONTENT_TYPE, "application/schema+json")],
+        schema.text,
+    ))
 }
 
 /// `GET /admin/v1/asyncapi.json`: the AsyncAPI document, public like the OpenAPI document.
@@ -229,7 +230,10 @@ mod tests {
     fn schemas_are_found_by_name_and_type() {
         let created = named("io.ankusa.route.created.v1.json").unwrap();
         assert_eq!(created.event_type, Some("io.ankusa.route.created"));
-        assert_eq!(of_type("io.ankusa.route.created").unwrap().name, created.name);
+        assert_eq!(
+            of_type("io.ankusa.route.created").unwrap().name,
+            created.name
+        );
         assert!(named("route.v1.json").unwrap().event_type.is_none());
         assert!(named("../Cargo.toml").is_none());
         assert!(of_type("io.ankusa.route.renamed").is_none());

@@ -183,7 +183,10 @@ async fn status_dead_letters_redrive_and_drop() {
     let requests = receiver.requests();
     let types: Vec<String> = requests.iter().flat_map(schemas::check_request).collect();
     assert!(types.len() >= 3, "{types:?}");
-    assert!(types.iter().all(|t| t == "io.ankusa.source.created"), "{types:?}");
+    assert!(
+        types.iter().all(|t| t == "io.ankusa.source.created"),
+        "{types:?}"
+    );
     let empty = node
         .call(
             Method::GET,

@@ -41,7 +41,9 @@ async fn schemas_and_the_asyncapi_document_are_served_as_kept_without_a_token() 
             r.header("content-type").as_deref(),
             Some("application/schema+json")
         );
-        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas").join(schema.name);
+        let file = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("schemas")
+            .join(schema.name);
         assert_eq!(r.text, std::fs::read_to_string(file).unwrap(), "{path}");
     }
     for missing in [
@@ -57,7 +59,10 @@ async fn schemas_and_the_asyncapi_document_are_served_as_kept_without_a_token() 
         .send(node.req(Method::GET, "/admin/v1/asyncapi.json", None))
         .await;
     assert_eq!(r.status, StatusCode::OK);
-    assert_eq!(r.header("content-type").as_deref(), Some("application/json"));
+    assert_eq!(
+        r.header("content-type").as_deref(),
+        Some("application/json")
+    );
     assert_eq!(r.json(), asyncapi());
     assert_eq!(r.text, ASYNCAPI);
     assert_eq!(
@@ -69,8 +74,8 @@ async fn schemas_and_the_asyncapi_document_are_served_as_kept_without_a_token() 
     );
     // The OpenAPI document names every schema, and only those.
     let openapi: Value = serde_json::from_str(ankusa::api::router::OPENAPI).unwrap();
-    let names = &openapi["paths"]["/admin/v1/schemas/{name}"]["get"]["parameters"][0]["schema"]
-        ["enum"];
+    let names =
+        &openapi["paths"]["/admin/v1/schemas/{name}"]["get"]["parameters"][0]["schema"]["enum"];
     let served: Vec<&str> = SCHEMAS.iter().map(|s| s.name).collect();
     assert_eq!(names, &json!(served));
     node.stop().await;
@@ -90,7 +95,9 @@ fn route() -> Value {
 
 #[test]
 fn the_check_passes_an_event_of_its_schema() {
-    schemas::check(&created(json!({"action": "route.create", "entity": route(), "revision": 1})));
+    schemas::check(&created(
+        json!({"action": "route.create", "entity": route(), "revision": 1}),
+    ));
 }
 
 #[test]
@@ -98,13 +105,17 @@ fn the_check_passes_an_event_of_its_schema() {
 fn the_check_fails_data_off_its_schema() {
     let mut entity = route();
     entity["secret"] = json!("[redacted]");
-    schemas::check(&created(json!({"action": "route.create", "entity": entity, "revision": 1})));
+    schemas::check(&created(
+        json!({"action": "route.create", "entity": entity, "revision": 1}),
+    ));
 }
 
 #[test]
 #[should_panic(expected = "does not match its schema")]
 fn the_check_fails_an_action_of_another_type() {
-    schemas::check(&created(json!({"action": "route.update", "entity": route(), "revision": 1})));
+    schemas::check(&created(
+        json!({"action": "route.update", "entity": route(), "revision": 1}),
+    ));
 }
 
 #[test]
@@ -266,15 +277,43 @@ async fn every_change(node: &TestNode) {
         call(node, Method::POST, routes, Some(route), 201).await;
     }
     let patch = json!({"enabled": false});
-    call(node, Method::PATCH, &format!("{routes}/r1"), Some(patch), 200).await;
+    call(
+        node,
+        Method::PATCH,
+        &format!("{routes}/r1"),
+        Some(patch),
+        200,
+    )
+    .await;
     call(node, Method::DELETE, &format!("{routes}/r2"), None, 204).await;
     let s1 = json!({"id": "s1", "kind": "webhook", "secret": "sekrit", "config": {"a": 1}});
     call(node, Method::POST, sources, Some(s1), 201).await;
-    call(node, Method::POST, sources, Some(json!({"id": "s2", "kind": "kafka"})), 201).await;
+    call(
+        node,
+        Method::POST,
+        sources,
+        Some(json!({"id": "s2", "kind": "kafka"})),
+        201,
+    )
+    .await;
     let patch = json!({"config": {"a": 2}});
-    call(node, Method::PATCH, &format!("{sources}/s1"), Some(patch), 200).await;
+    call(
+        node,
+        Method::PATCH,
+        &format!("{sources}/s1"),
+        Some(patch),
+        200,
+    )
+    .await;
     call(node, Method::DELETE, &format!("{sources}/s2"), None, 204).await;
-    call(node, Method::POST, "/admin/v1/lifecycle/snapshot", None, 202).await;
+    call(
+        node,
+        Method::POST,
+        "/admin/v1/lifecycle/snapshot",
+        None,
+        202,
+    )
+    .await;
     read_until(node, "/admin/v1/lifecycle/snapshot", |s| {
         s["last"]["state"] == "finished"
     })
@@ -333,10 +372,13 @@ async fn every_kind_of_change_publishes_events_of_their_schemas_through_every_si
         "--force",
     ]));
     let node = TestNode::start_on(dir, sinks).await;
-    let gone_route = |e: &Value| e["type"] == "io.ankusa.route.refreshed" && e["data"]["entity"].is_null();
+    let gone_route =
+        |e: &Value| e["type"] == "io.ankusa.route.refreshed" && e["data"]["entity"].is_null();
     let all_types = |events: &[Value]| {
         let types: BTreeSet<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
-        let published = event_types().into_iter().filter(|t| *t != "io.ankusa.trail.checkpoint");
+        let published = event_types()
+            .into_iter()
+            .filter(|t| *t != "io.ankusa.trail.checkpoint");
         published.collect::<BTreeSet<_>>().is_subset(&types) && events.iter().any(gone_route)
     };
     let read = async || Some(read_events(&events)).filter(|e| all_types(e));
@@ -362,9 +404,15 @@ async fn every_kind_of_change_publishes_events_of_their_schemas_through_every_si
         described.check("/components/schemas/StructuredEvent", e);
         expected.insert(ty.to_owned());
     }
-    assert!(written.iter().any(|e| e["data"]["entity"]["secret"] == "[redacted]"));
-    assert!(written.iter().any(|e| e["type"] == "io.ankusa.source.created" && e["data"]["entity"]["secret"].is_null()));
-    assert!(written.iter().any(|e| e["type"] == "io.ankusa.route.refreshed" && e["data"]["entity"].is_object()));
+    assert!(written
+        .iter()
+        .any(|e| e["data"]["entity"]["secret"] == "[redacted]"));
+    assert!(written.iter().any(
+        |e| e["type"] == "io.ankusa.source.created" && e["data"]["entity"]["secret"].is_null()
+    ));
+    assert!(written
+        .iter()
+        .any(|e| e["type"] == "io.ankusa.route.refreshed" && e["data"]["entity"].is_object()));
 
     // Kafka: binary mode, `ce_` headers, each as the message of its type says.
     let records = schemas::check_topic(&broker.address, TOPIC, 2, Duration::from_secs(3)).await;
@@ -372,7 +420,10 @@ async fn every_kind_of_change_publishes_events_of_their_schemas_through_every_si
     for headers in &records {
         let ty = &headers["ce_type"];
         assert_eq!(headers["ce_dataschema"], dataschema(ty));
-        described.check(&format!("/components/messages/kafka.{ty}/headers"), &json!(headers));
+        described.check(
+            &format!("/components/messages/kafka.{ty}/headers"),
+            &json!(headers),
+        );
         types.insert(ty.clone());
     }
     assert_eq!(types, expected, "Kafka carries every type");

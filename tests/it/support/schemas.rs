@@ -65,7 +65,9 @@ pub fn check_data(what: &str, ty: &str, schema: Option<&str>, data: &Value) {
 /// Hold a structured-mode event to its schema.
 pub fn check(event: &Value) {
     let what = format!("event {}", event["id"]);
-    let ty = event["type"].as_str().unwrap_or_else(|| panic!("{what}: no type"));
+    let ty = event["type"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{what}: no type"));
     check_data(&what, ty, event["dataschema"].as_str(), &event["data"]);
 }
 
