@@ -101,6 +101,18 @@ fn the_check_passes_an_event_of_its_schema() {
 }
 
 #[test]
+fn the_check_passes_a_checkpoint_of_the_trails_shape() {
+    let note = "ankusa.audit/7f1c6a2e\n12\nq1F2kH0rXb8mWnN1eZs9b3c5mJ8l0q1F2kH0rXb8mWk=\n\n\u{2014} ankusa.audit/7f1c6a2e AAAA\n";
+    let entity = json!({"origin": "ankusa.audit/7f1c6a2e", "size": 12,
+                        "root": "q1F2kH0rXb8mWnN1eZs9b3c5mJ8l0q1F2kH0rXb8mWk=", "checkpoint": note});
+    let mut event =
+        created(json!({"action": "trail.checkpoint", "entity": entity, "revision": null}));
+    event["type"] = json!("io.ankusa.trail.checkpoint");
+    event["dataschema"] = json!("https://ankusa.io/schemas/io.ankusa.trail.checkpoint.v1.json");
+    schemas::check(&event);
+}
+
+#[test]
 #[should_panic(expected = "does not match its schema")]
 fn the_check_fails_data_off_its_schema() {
     let mut entity = route();
