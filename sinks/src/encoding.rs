@@ -41,14 +41,14 @@ pub(crate) enum Binding {
 }
 
 /// The headers a published event has in binary mode: the spec version, id, type, source,
-/// subject, time, content type and three extensions (route and source events carry up to three
-/// more: the capacity grows for those).
-pub(crate) const PUBLISHED_HEADERS: usize = 10;
+/// subject, time, data schema, content type and three extensions (route and source events
+/// carry up to three more: the capacity grows for those).
+pub(crate) const PUBLISHED_HEADERS: usize = 11;
 
 /// The attributes and extensions a published event has, with their header names in each
 /// binding: all but `datacontenttype`, which is `content-type` in both ([`known_headers`]
 /// adds it).
-const HEADER_NAMES: [(&str, &str, &str); 10] = [
+const HEADER_NAMES: [(&str, &str, &str); PUBLISHED_HEADERS - 1] = [
     ("specversion", "ce_specversion", "ce-specversion"),
     ("id", "ce_id", "ce-id"),
     ("type", "ce_type", "ce-type"),

@@ -21,6 +21,7 @@ pub mod quarantine;
 pub mod replay;
 pub mod router;
 pub mod routes;
+pub mod schemas;
 pub mod server;
 pub mod sources;
 pub mod subject;

@@ -12,7 +12,8 @@ use axum::routing::{self, MethodRouter};
 use axum::Router;
 
 use super::{
-    audit, backups, lifecycle, overrides, quarantine, replay, routes, sources, subject, AppState,
+    audit, backups, lifecycle, overrides, quarantine, replay, routes, schemas, sources, subject,
+    AppState,
 };
 use crate::subjects::overrides::Override;
 use crate::subjects::quarantine::Quarantine;
@@ -75,6 +76,8 @@ pub fn admin() -> (Router<AppState>, Vec<(Method, &'static str)>) {
         routes: Vec::new(),
     }
     .get("/admin/v1/openapi.json", openapi)
+    .get("/admin/v1/asyncapi.json", schemas::asyncapi)
+    .get("/admin/v1/schemas/{name}", schemas::get)
     .get("/admin/v1/tenants/{tenant}/sources", sources::list)
     .post("/admin/v1/tenants/{tenant}/sources", sources::create)
     .get("/admin/v1/tenants/{tenant}/sources/{id}", sources::get)

@@ -14,7 +14,7 @@ use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use rdkafka::Message;
 
 use super::*;
-use crate::test_support::{event_id, sample, sample_data, INCARNATION, SOURCE};
+use crate::test_support::{event_id, sample, sample_data, DATASCHEMA, INCARNATION, SOURCE};
 use crate::{Delivery, Outcome, Sink, SinkError};
 
 mod tombstones;
@@ -92,6 +92,7 @@ async fn produces_binary_mode_records_with_every_ce_header() {
             ("ce_source", SOURCE.into()),
             ("ce_subject", format!("routes/{key}")),
             ("ce_time", format!("2024-05-06T07:08:{:02}+00:00", 9 + seq)),
+            ("ce_dataschema", DATASCHEMA.into()),
             ("ce_sequence", format!("{seq:020}")),
             ("ce_incarnation", INCARNATION.into()),
             ("ce_partitionkey", key.into()),

@@ -13,6 +13,9 @@ pub(crate) const INCARNATION: &str = "7f1c6a2e-3b4d-4e5f-8a9b-0c1d2e3f4a5b";
 /// The node URI of every sample event.
 pub(crate) const SOURCE: &str = "urn:ankusa:node:test-1";
 
+/// The `dataschema` of every sample event (a `route.created`).
+pub(crate) const DATASCHEMA: &str = "https://ankusa.io/schemas/io.ankusa.route.created.v1.json";
+
 /// The event id the publisher would give `seq`: UUIDv5(incarnation, seq in decimal).
 pub(crate) fn event_id(seq: u64) -> String {
     let incarnation = Uuid::parse_str(INCARNATION).unwrap();
@@ -33,8 +36,9 @@ pub(crate) fn sample(seq: u64, key: &str) -> Delivery {
         .source(SOURCE)
         .subject(format!("routes/{key}"))
         .time(event_time(seq))
-        .data(
+        .data_with_schema(
             "application/json",
+            DATASCHEMA,
             serde_json::json!({
                 "action": "created",
                 "revision": seq,
@@ -60,12 +64,14 @@ pub(crate) fn sample_data(seq: u64, key: &str) -> String {
 pub(crate) fn sample_json(seq: u64, key: &str) -> String {
     format!(
         concat!(
-            r#"{{"data":{data},"datacontenttype":"application/json","id":"{id}","#,
+            r#"{{"data":{data},"datacontenttype":"application/json","dataschema":"{schema}","#,
+            r#""id":"{id}","#,
             r#""incarnation":"{inc}","partitionkey":"{key}","sequence":"{seq:020}","#,
             r#""source":"{src}","specversion":"1.0","subject":"routes/{key}","#,
             r#""time":"{time}","type":"io.ankusa.route.created"}}"#
         ),
         data = sample_data(seq, key),
+        schema = DATASCHEMA,
         id = event_id(seq),
         inc = INCARNATION,
         key = key,

@@ -9,7 +9,8 @@ use super::sink::parse_retry_after;
 use super::*;
 use crate::test_support::receiver::{OLD_SECRET, RECEIVER_SECRET};
 use crate::test_support::{
-    event_id, sample, sample_data, sample_json, Receiver, Recorded, Reply, INCARNATION, SOURCE,
+    event_id, sample, sample_data, sample_json, Receiver, Recorded, Reply, DATASCHEMA, INCARNATION,
+    SOURCE,
 };
 use crate::{Delivery, Outcome, RetryPolicy, Sink, SinkError};
 
@@ -62,6 +63,7 @@ async fn binary_mode_sends_ce_headers_data_and_a_valid_signature() {
     assert_eq!(got.header("ce-source"), SOURCE);
     assert_eq!(got.header("ce-subject"), "routes/acme/r1");
     assert_eq!(got.header("ce-time"), "2024-05-06T07:08:16+00:00");
+    assert_eq!(got.header("ce-dataschema"), DATASCHEMA);
     assert_eq!(got.header("ce-sequence"), "00000000000000000007");
     assert_eq!(got.header("ce-incarnation"), INCARNATION);
     assert_eq!(got.header("ce-partitionkey"), "acme/r1");
@@ -478,7 +480,7 @@ fn binary_requests_match_the_sdk_binding() {
         "traceparent",
         "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
     );
-    for (event, headers) in [(json, 10), (bytes, 10), (traced, 11)] {
+    for (event, headers) in [(json, 11), (bytes, 11), (traced, 12)] {
         let ours = sink.binary(&event).unwrap();
         let sdk = reqwest::Client::new()
             .post(URL)

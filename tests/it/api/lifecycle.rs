@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::support::eventually;
 use crate::support::node::*;
+use crate::support::schemas;
 use ankusa_sinks::test_support::Receiver;
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -122,6 +123,8 @@ async fn status_dead_letters_redrive_and_drop() {
     assert_eq!(page["dead_letters"][0]["seq"], 1);
     assert_eq!(page["dead_letters"][0]["reason"], "http_400");
     assert_eq!(page["next"], 1);
+    // A dead letter keeps the event as it was sent, its data of its schema.
+    schemas::check(&page["dead_letters"][0]["event"]);
     let first_id = page["dead_letters"][0]["event"]["id"]
         .as_str()
         .unwrap()
@@ -183,6 +186,14 @@ async fn status_dead_letters_redrive_and_drop() {
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.json(), json!({"delivered": 1, "remaining": 0}));
     assert_eq!(receiver.ids(), vec![first_id]);
+    // Every request the webhook got, refused or not, carried an event of its schema.
+    let requests = receiver.requests();
+    let types: Vec<String> = requests.iter().flat_map(schemas::check_request).collect();
+    assert!(types.len() >= 3, "{types:?}");
+    assert!(
+        types.iter().all(|t| t == "io.ankusa.source.created"),
+        "{types:?}"
+    );
     let empty = node
         .call(
             Method::GET,

@@ -8,6 +8,7 @@ mod lifecycle_backlog;
 mod lifecycle_dead_letters;
 mod limits;
 mod openapi;
+mod schemas;
 mod secret_probing;
 mod secrets;
 mod sources;

@@ -8,6 +8,7 @@
 
 pub(crate) mod procs;
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
@@ -20,11 +21,14 @@ use serde_json::json;
 use crate::support::eventually;
 use crate::support::node::ADMIN;
 use crate::support::redis::RedisServer;
+use crate::support::schemas;
 use procs::{free_port, NodeProc, Proc, Shared};
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const ROUTES: u32 = 8;
 const SOURCES: u32 = 4;
+/// How long the topic stays quiet before its reader has read it all.
+const QUIET: Duration = Duration::from_secs(5);
 
 /// `ops` random changes through `node`'s API: routes shared with the other node, sources of
 /// its own. Refusals (409, 404), and errors while a node is down, are part of the schedule.
@@ -307,6 +311,22 @@ async fn schedule(seed: u64) {
     );
     assert_eq!(held(&late_out, &a.uri), a_sources);
     assert_eq!(held(&late_out, &b.uri), b_sources);
+    // Every event the fleet published matches the schema its `dataschema` names, and the
+    // schedule made every type of a change, a restore and a snapshot (checkpoints come on
+    // the trail's own schedule).
+    let types: BTreeSet<String> = schemas::check_topic(&broker.address, topic, 3, QUIET)
+        .await
+        .into_iter()
+        .map(|headers| headers["ce_type"].clone())
+        .collect();
+    let expected: BTreeSet<String> = ankusa::api::schemas::SCHEMAS
+        .iter()
+        .filter_map(|s| s.event_type)
+        .filter(|t| *t != "io.ankusa.trail.checkpoint")
+        .map(str::to_owned)
+        .collect();
+    let missing: Vec<&String> = expected.difference(&types).collect();
+    assert!(missing.is_empty(), "never published: {missing:?}");
     drop((late, follower, hook));
 }
 

@@ -102,6 +102,10 @@ async fn events_reach_a_real_broker_with_every_header_key_and_payload() {
         );
         assert_eq!(headers["ce_sequence"], format!("{seq:020}"));
         assert_eq!(headers["ce_incarnation"], incarnation.to_string());
+        assert_eq!(
+            headers["ce_dataschema"],
+            format!("https://ankusa.io/schemas/io.ankusa.source.{verb}.v1.json")
+        );
         assert_eq!(headers["ce_partitionkey"], key);
         assert_eq!(headers["content-type"], "application/json");
         let payload: Value = serde_json::from_slice(m.payload().unwrap()).unwrap();

@@ -11,6 +11,7 @@ use crate::api::lifecycle::{create_source, read_until};
 use crate::support::eventually;
 use crate::support::node::*;
 use crate::support::publisher::{read_events, seq_of};
+use crate::support::schemas;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
@@ -34,14 +35,16 @@ async fn create_route(node: &TestNode, tenant: &str, id: &str) {
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
 }
 
-/// The events of the file sink once `check` holds of them.
+/// The events of the file sink once `check` holds of them, each held to its schema.
 async fn events_until(path: &Path, check: impl Fn(&[Value]) -> bool) -> Vec<Value> {
     let read = async || {
         let events = read_events(path);
         check(&events).then_some(events)
     };
     let what = format!("the expected events in {}", path.display());
-    eventually(&what, Duration::from_secs(30), read).await
+    let events = eventually(&what, Duration::from_secs(30), read).await;
+    schemas::check_all(&events);
+    events
 }
 
 fn of_type<'a>(events: &'a [Value], ty: &str) -> Vec<&'a Value> {

@@ -1,7 +1,8 @@
 //! What the integration tests share: the node under test and its HTTP client (`node`), the
 //! real binary as a child process (`served`), trails on fresh stores (`trail`), a publisher
 //! and its file sink (`publisher`), Kafka readers (`kafka`), a real redis-server (`redis`),
-//! a failpoint that holds a thread (`held`), and the one [`eventually`].
+//! a failpoint that holds a thread (`held`), every published event held to its JSON Schema
+//! (`schemas`), and the one [`eventually`].
 //!
 //! The webhook receiver and the Kafka-compatible broker are the sinks crate's
 //! (`ankusa_sinks::test_support`), shared with its own tests and the benchmarks.
@@ -13,6 +14,7 @@ pub mod kafka;
 pub mod node;
 pub mod publisher;
 pub mod redis;
+pub mod schemas;
 pub mod served;
 pub mod trail;
 
