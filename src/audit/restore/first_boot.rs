@@ -175,5 +175,7 @@ fn restore_row(
         version: None,
         store: None,
         snapshot: None,
+        traceparent: None,
+        tracestate: None,
     }
 }
