@@ -75,12 +75,11 @@ pub struct RequestTrace(pub Option<Trace>);
 /// Middleware: run the request in its span, joined to the caller's trace, and keep the
 /// span's trace for the changes it makes.
 pub async fn trace(mut request: Request, next: Next) -> Response {
-    let route = request.extensions().get::<MatchedPath>();
-    let route = route.map_or("", |r| r.as_str()).to_owned();
+    let route = request.extensions().get::<MatchedPath>().cloned();
     let id = request.extensions().get::<RequestId>().map(|r| r.0.clone());
     let span = telemetry::trace::request_span(
         request.method(),
-        &route,
+        route.as_ref().map(MatchedPath::as_str),
         id.as_deref().unwrap_or_default(),
     );
     // The context holds the request's span until the answer: kept alive to the end.

@@ -103,12 +103,17 @@ impl Tracing {
 }
 
 /// The span of one admin request: named by its method and route (the route's template, so
-/// names stay few), with its request id and, once [`join`]ed, its trace id.
-pub fn request_span(method: &Method, route: &str, request_id: &str) -> Span {
+/// names stay few; the method alone for a path no route matched), with its request id and,
+/// once [`join`]ed, its trace id.
+pub fn request_span(method: &Method, route: Option<&str>, request_id: &str) -> Span {
+    let name = match route {
+        Some(route) => format!("{method} {route}"),
+        None => method.to_string(),
+    };
     tracing::info_span!(
         target: "ankusa::api",
         "admin request",
-        otel.name = %format_args!("{method} {route}"),
+        otel.name = name,
         otel.kind = "server",
         http.request.method = %method,
         http.route = route,

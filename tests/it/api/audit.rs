@@ -177,6 +177,8 @@ async fn rows_page_in_seq_order_with_filters() {
             "revision",
             "result",
             "publish",
+            // Every change through the API is made in a trace (the request's own, here).
+            "traceparent",
         ]
         .into();
         // A source's row also says the version its change took (a local store: no `store`).
