@@ -125,7 +125,8 @@ pub fn request_span(method: &Method, route: Option<&str>, request_id: &str) -> S
 
 /// Record the answer's status on a [`request_span`].
 pub fn request_answered(span: &Span, status: StatusCode) {
-    span.record("http.response.status_code", status.as_u16());
+    // An i64: tracing-opentelemetry writes an unsigned number as a string.
+    span.record("http.response.status_code", i64::from(status.as_u16()));
 }
 
 /// The trace context of a request's headers (`traceparent`, `tracestate`). A missing or
