@@ -59,7 +59,11 @@ fn main() -> ExitCode {
         }
     };
     if !matches!(args.command, Command::Serve) {
-        telemetry::init_logging(&config.log.level, config.log.format == LogFormat::Json, None);
+        telemetry::init_logging(
+            &config.log.level,
+            config.log.format == LogFormat::Json,
+            None,
+        );
     }
     let result = match args.command {
         Command::Serve => {

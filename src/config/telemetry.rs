@@ -43,7 +43,10 @@ impl TelemetryConfig {
             return invalid(KEY, "must not carry credentials");
         }
         if url.query().is_some() || url.fragment().is_some() {
-            return invalid(KEY, "must have no query or fragment (/v1/traces is appended)");
+            return invalid(
+                KEY,
+                "must have no query or fragment (/v1/traces is appended)",
+            );
         }
         Ok(())
     }

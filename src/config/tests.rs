@@ -479,18 +479,33 @@ fn otlp_endpoint_is_off_by_default_and_checked_by_name() {
     assert_eq!(c.telemetry.traces_url(), None);
     for (endpoint, url) in [
         ("http://127.0.0.1:4318", "http://127.0.0.1:4318/v1/traces"),
-        ("https://otel.example:4318/", "https://otel.example:4318/v1/traces"),
+        (
+            "https://otel.example:4318/",
+            "https://otel.example:4318/v1/traces",
+        ),
         ("http://gw.example/otlp", "http://gw.example/otlp/v1/traces"),
     ] {
         let c = load_str(&format!("[telemetry]\notlp_endpoint = \"{endpoint}\"\n")).unwrap();
         assert_eq!(c.telemetry.traces_url().as_deref(), Some(url), "{endpoint}");
     }
     for (endpoint, why) in [
-        ("collector:4318", "must be an http:// or https:// URL with a host"),
+        (
+            "collector:4318",
+            "must be an http:// or https:// URL with a host",
+        ),
         ("not a url", "is not a URL"),
-        ("grpc://127.0.0.1:4317", "must be an http:// or https:// URL with a host"),
-        ("http://user:hunter2@127.0.0.1:4318", "must not carry credentials"),
-        ("http://127.0.0.1:4318/?x=1", "must have no query or fragment"),
+        (
+            "grpc://127.0.0.1:4317",
+            "must be an http:// or https:// URL with a host",
+        ),
+        (
+            "http://user:hunter2@127.0.0.1:4318",
+            "must not carry credentials",
+        ),
+        (
+            "http://127.0.0.1:4318/?x=1",
+            "must have no query or fragment",
+        ),
     ] {
         let err = load_str(&format!("[telemetry]\notlp_endpoint = \"{endpoint}\"\n"))
             .unwrap_err()

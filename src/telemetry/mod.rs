@@ -85,7 +85,10 @@ pub fn init_logging(level: &str, json: bool, tracer: Option<&trace::Tracing>) {
             tracing_subscriber::filter::Targets::new().with_target("ankusa", tracing::Level::INFO);
         t.layer().with_filter(targets)
     });
-    let _ = tracing_subscriber::registry().with(fmt).with(spans).try_init();
+    let _ = tracing_subscriber::registry()
+        .with(fmt)
+        .with(spans)
+        .try_init();
 }
 
 /// A counter.

@@ -203,7 +203,10 @@ mod tests {
         let trace = trace_of(&cx).unwrap();
         let p = parts(&trace.traceparent);
         assert_eq!(p.len(), 4);
-        assert_eq!((p[0].as_str(), p[1].as_str()), ("00", "4bf92f3577b34da6a3ce929d0e0e4736"));
+        assert_eq!(
+            (p[0].as_str(), p[1].as_str()),
+            ("00", "4bf92f3577b34da6a3ce929d0e0e4736")
+        );
         // The node's own span, a child of the caller's: a span id of its own, sampled as the
         // caller's was.
         assert_ne!(p[2], "00f067aa0ba902b7");
@@ -257,7 +260,10 @@ mod tests {
             // The context is the tracing span's: the same inside it, for system changes too.
             let inside = span.in_scope(current).unwrap();
             assert_eq!(inside, trace);
-            assert_eq!(parts(&trace.traceparent)[1], "4bf92f3577b34da6a3ce929d0e0e4736");
+            assert_eq!(
+                parts(&trace.traceparent)[1],
+                "4bf92f3577b34da6a3ce929d0e0e4736"
+            );
         });
     }
 }

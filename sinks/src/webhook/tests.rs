@@ -513,7 +513,11 @@ async fn an_events_trace_goes_out_as_the_w3c_headers() {
     for mode in [WebhookMode::Binary, WebhookMode::Structured] {
         let receiver = verifying().await;
         let sink = sink(&receiver, mode);
-        let events = [traced(1, Some(STATE)), traced(2, None), sample(3, "acme/r1")];
+        let events = [
+            traced(1, Some(STATE)),
+            traced(2, None),
+            sample(3, "acme/r1"),
+        ];
         assert_eq!(sink.send(&events).await, vec![Outcome::Delivered; 3]);
         let requests = receiver.requests();
         let trace = |r: &Recorded| {

@@ -37,7 +37,10 @@ fn parts(traceparent: &str) -> (String, String, String) {
 /// The row's traceparent, which must be the node's span in the caller's trace: the caller's
 /// trace id and flags, a span id of its own.
 fn joined(row: &Value) -> String {
-    let traceparent = row["traceparent"].as_str().expect("a traceparent").to_owned();
+    let traceparent = row["traceparent"]
+        .as_str()
+        .expect("a traceparent")
+        .to_owned();
     let (trace_id, span_id, flags) = parts(&traceparent);
     assert_eq!((trace_id.as_str(), flags.as_str()), (TRACE_ID, "01"));
     assert_ne!(span_id, PARENT_ID, "the node's own span");
@@ -85,7 +88,12 @@ async fn a_changes_trace_is_in_its_row_and_every_sinks_event() {
     let receiver = Receiver::start().await;
     let url = receiver.url();
     let node = TestNode::start_with(|v| file_and_hook(v, &url)).await;
-    let r = create_source(&node, "s1", &[("traceparent", PARENT), ("tracestate", STATE)]).await;
+    let r = create_source(
+        &node,
+        "s1",
+        &[("traceparent", PARENT), ("tracestate", STATE)],
+    )
+    .await;
     let row = node.row(r.seq().unwrap()).await;
     let traceparent = joined(&row);
     assert_eq!(row["tracestate"], STATE);
@@ -151,15 +159,20 @@ async fn a_redelivery_after_a_restart_carries_the_same_trace() {
     // Only the change's event: the memory route store's snapshot markers are the node's
     // own, traced by no request.
     let created = async || {
-        let sent: Vec<Recorded> = receiver.requests().into_iter().filter(|r| {
-            header(r, "ce-type").as_deref() == Some("io.ankusa.source.created")
-        }).collect();
+        let sent: Vec<Recorded> = receiver
+            .requests()
+            .into_iter()
+            .filter(|r| header(r, "ce-type").as_deref() == Some("io.ankusa.source.created"))
+            .collect();
         (sent.len() > failed).then_some(sent)
     };
     let sent = eventually("the redelivery", Duration::from_secs(30), created).await;
     for request in &sent {
         assert_eq!(header(request, "traceparent"), Some(traceparent.clone()));
-        assert_eq!(header(request, "webhook-id"), header(&sent[0], "webhook-id"));
+        assert_eq!(
+            header(request, "webhook-id"),
+            header(&sent[0], "webhook-id")
+        );
     }
     node.stop().await;
 }
@@ -198,7 +211,11 @@ async fn a_malformed_traceparent_starts_a_fresh_trace() {
         .json(&json!({"id": "binary", "kind": "k"}));
     let r = node.send(rb).await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
-    parts(node.row(r.seq().unwrap()).await["traceparent"].as_str().unwrap());
+    parts(
+        node.row(r.seq().unwrap()).await["traceparent"]
+            .as_str()
+            .unwrap(),
+    );
     node.stop().await;
 }
 
@@ -232,7 +249,12 @@ async fn kafka_records_carry_the_trace_as_ce_traceparent() {
             json!({"kind": "kafka", "brokers": brokers, "topic": "lifecycle"});
     })
     .await;
-    let r = create_source(&node, "s1", &[("traceparent", PARENT), ("tracestate", STATE)]).await;
+    let r = create_source(
+        &node,
+        "s1",
+        &[("traceparent", PARENT), ("tracestate", STATE)],
+    )
+    .await;
     let traceparent = joined(&node.row(r.seq().unwrap()).await);
     let consumer: StreamConsumer = kafka_reader(&cluster.bootstrap_servers(), "lifecycle", 1);
     let record = tokio::time::timeout(Duration::from_secs(30), consumer.recv())
@@ -241,7 +263,10 @@ async fn kafka_records_carry_the_trace_as_ce_traceparent() {
         .unwrap();
     let headers = kafka_headers(&record);
     assert_eq!(headers.get("ce_traceparent"), Some(&traceparent));
-    assert_eq!(headers.get("ce_tracestate").map(String::as_str), Some(STATE));
+    assert_eq!(
+        headers.get("ce_tracestate").map(String::as_str),
+        Some(STATE)
+    );
     node.stop().await;
 }
 
@@ -258,7 +283,9 @@ async fn collector() -> (String, Exports) {
         axum::routing::post(move |headers: HeaderMap, body: axum::body::Bytes| {
             let kept = kept.clone();
             async move {
-                let ty = headers.get("content-type").map(|v| v.to_str().unwrap_or_default());
+                let ty = headers
+                    .get("content-type")
+                    .map(|v| v.to_str().unwrap_or_default());
                 let ty = ty.unwrap_or_default().to_owned();
                 kept.lock().unwrap().push((ty, body.to_vec()));
                 StatusCode::OK
@@ -282,11 +309,8 @@ async fn the_request_span_is_exported_over_otlp_in_the_callers_trace() {
          \"audit:read\"]\n[telemetry]\notlp_endpoint = \"{endpoint}\"\n",
         ankusa::api::auth::digest_hex(ADMIN)
     );
-    let mut served = crate::support::served::serve(
-        dir.path(),
-        &tokens,
-        crate::support::served::Stream::Stderr,
-    );
+    let mut served =
+        crate::support::served::serve(dir.path(), &tokens, crate::support::served::Stream::Stderr);
     let client = reqwest::Client::new();
     let ready = async || {
         let r = client.get(format!("{}/readyz", served.base)).send().await;
@@ -314,7 +338,9 @@ async fn the_request_span_is_exported_over_otlp_in_the_callers_trace() {
     let (_, span_id, _) = parts(&joined(&row));
     // SIGTERM: the node flushes its spans as it stops, before the batch's own delay.
     let pid = served.child.id().to_string();
-    let killed = std::process::Command::new("kill").args(["-TERM", &pid]).status();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status();
     assert!(killed.unwrap().success());
     assert!(served.child.wait().unwrap().success(), "a clean exit");
 
