@@ -1,7 +1,8 @@
 //! Trace context over real HTTP: a change made with a W3C `traceparent` keeps the trace in
 //! its row, and its lifecycle event carries it (file sink, webhook sink and its headers,
-//! Kafka's `ce_traceparent`), a dual write's (a route's) too, and a redelivery after a
-//! restart the same value; a malformed or missing `traceparent` starts a fresh trace, never a
+//! Kafka's `ce_traceparent`), a dual write's (a route's) too, also when settlement finishes
+//! it after a crash, and a redelivery after a restart the same value; a malformed or missing
+//! `traceparent` starts a fresh trace, never a
 //! 400; and with `[telemetry] otlp_endpoint` the real binary exports the request's span, in
 //! the caller's trace, to a real OTLP/HTTP collector.
 
@@ -389,4 +390,48 @@ fn int(i: i64) -> opentelemetry_proto::tonic::common::v1::AnyValue {
     opentelemetry_proto::tonic::common::v1::AnyValue {
         value: Some(Value::IntValue(i)),
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dual_write_settled_after_a_crash_keeps_its_trace() {
+    use crate::routes::{route_rows, settling, wait_settled};
+    use crate::support::trail::{ctx, open_trail};
+    use ankusa::audit::{Change, RowResult, Trace};
+    use ankusa::subjects::remote::memory::MemoryStore;
+    use ankusa::subjects::routes::{Route, RouteStore};
+    let dir = tempfile::tempdir().unwrap();
+    let trace = Trace {
+        traceparent: PARENT.into(),
+        tracestate: Some(STATE.into()),
+    };
+    // A route create begun in a trace and never finished: the node stopped before its apply.
+    {
+        let trail = open_trail(dir.path(), true);
+        let change = Change::new("route.create", "routes/r1")
+            .tenant("t1")
+            .states(None, Some(json!({"id": "r1"})))
+            .entity(json!({"id": "r1"}))
+            .locate("route", json!({"tenant": "t1", "id": "r1"}));
+        let traced = ctx("alice").traced(Some(trace));
+        let pending = trail.begin::<()>(traced, change).await.unwrap();
+        std::mem::forget(pending);
+        trail.shutdown().await;
+    }
+    // The next run settles it from its pending row: the row keeps the change's trace.
+    let trail = open_trail(dir.path(), true);
+    let store: Arc<RouteStore> = Arc::new(MemoryStore::<Route>::default());
+    let settling = settling(
+        &trail,
+        store,
+        Duration::from_millis(50),
+        Duration::from_secs(10),
+    );
+    wait_settled(trail.store(), Duration::from_secs(10)).await;
+    let rows = route_rows(trail.store(), "r1");
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].result, RowResult::Failed, "never applied");
+    assert_eq!(rows[0].traceparent.as_deref(), Some(PARENT));
+    assert_eq!(rows[0].tracestate.as_deref(), Some(STATE));
+    settling.stop().await;
+    trail.shutdown().await;
 }
