@@ -57,8 +57,8 @@ pub struct Tracing {
 }
 
 impl Tracing {
-    /// The provider `config` asks for: exporting to its OTLP endpoint (which must be called
-    /// inside the tokio runtime the batch processor is to run on), or exporting nothing.
+    /// The provider `config` asks for: exporting nothing, or exporting to its OTLP endpoint
+    /// (then call it inside the tokio runtime the batch processor is to run on).
     pub fn start(config: &TelemetryConfig) -> Result<Tracing, TraceError> {
         let resource = Resource::builder().with_service_name(SERVICE).build();
         let builder = SdkTracerProvider::builder().with_resource(resource);
