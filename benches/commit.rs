@@ -40,7 +40,10 @@ fn main() {
     println!("commit throughput, synced writes, {ROUNDS} rounds of {secs} s per measurement");
     if let Some(n) = env("ANKUSA_BENCH_OURS_ONLY") {
         // One measurement of ours alone, for a profiler.
-        println!("{n:>11} committers: ours {:.0}/s", bench_ours(n, run_for, true));
+        println!(
+            "{n:>11} committers: ours {:.0}/s",
+            bench_ours(n, run_for, true)
+        );
         return;
     }
     println!(

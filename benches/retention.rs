@@ -260,6 +260,8 @@ fn build(dir: &std::path::Path, n: u64) -> Usage {
             version: None,
             store: None,
             snapshot: None,
+            traceparent: None,
+            tracestate: None,
         };
         let (k, v) = (keys::row_key(seq, at), serde_json::to_vec(&row).unwrap());
         let entity = serde_json::to_vec(

@@ -51,7 +51,10 @@ fn main() {
         rows as f64 / catch_up.as_secs_f64(),
         catch_up.as_secs_f64()
     );
-    println!("{:>8} {:>14} {:>14} {:>9}", "round", "verify rows/s", "scan rows/s", "ratio");
+    println!(
+        "{:>8} {:>14} {:>14} {:>9}",
+        "round", "verify rows/s", "scan rows/s", "ratio"
+    );
     let (mut ours, mut bare) = (Vec::new(), Vec::new());
     for round in 1..=ROUNDS {
         let t = Instant::now();
@@ -72,7 +75,11 @@ fn main() {
         );
     }
     let (ours, bare) = (median(ours), median(bare));
-    println!("{:>8} {ours:>14.0} {bare:>14.0} {:>9.2}", "median", ours / bare);
+    println!(
+        "{:>8} {ours:>14.0} {bare:>14.0} {:>9.2}",
+        "median",
+        ours / bare
+    );
     println!(
         "inclusion proof: p50 {:.0} µs, p99 {:.0} µs",
         proof.0.as_secs_f64() * 1e6,
@@ -118,6 +125,8 @@ fn write_rows(dir: &std::path::Path, rows: u64) {
             version: None,
             store: None,
             snapshot: None,
+            traceparent: None,
+            tracestate: None,
         };
         let value = serde_json::to_vec(&row).unwrap();
         batch.put_cf(audit, keys::row_key(seq, at), value);
@@ -144,7 +153,11 @@ fn scan(store: &Store) -> u64 {
 }
 
 /// p50 and p99 of an inclusion proof of a random row in the newest checkpoint's tree.
-fn proof_latency(runtime: &tokio::runtime::Runtime, trail: &Trail, rows: u64) -> (Duration, Duration) {
+fn proof_latency(
+    runtime: &tokio::runtime::Runtime,
+    trail: &Trail,
+    rows: u64,
+) -> (Duration, Duration) {
     let mut rng = rand::rng();
     let mut times: Vec<Duration> = (0..2_000)
         .map(|_| {

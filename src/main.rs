@@ -66,7 +66,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    telemetry::init_logging(&config.log.level, config.log.format == LogFormat::Json);
+    if !matches!(args.command, Command::Serve) {
+        telemetry::init_logging(
+            &config.log.level,
+            config.log.format == LogFormat::Json,
+            None,
+        );
+    }
     let result = match args.command {
         Command::Serve => {
             ankusa::purge_idle_memory();
@@ -106,5 +112,15 @@ fn run_serve(config: Config) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(ankusa::node::run(config, ankusa::node::signal()))
+    // The span exporter's batch task runs on the node's runtime.
+    let tracing = {
+        let _enter = runtime.enter();
+        telemetry::trace::Tracing::start(&config.telemetry)?
+    };
+    let json = config.log.format == LogFormat::Json;
+    telemetry::init_logging(&config.log.level, json, Some(&tracing));
+    let result = runtime.block_on(ankusa::node::run(config, ankusa::node::signal()));
+    // Flushed from this thread, while the runtime's workers still run the export.
+    tracing.shutdown();
+    result
 }

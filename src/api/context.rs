@@ -11,21 +11,26 @@
 //!   address (`unknown`, an obfuscated `_hidden`) stops the walk at the peer. The header never
 //!   refuses a request: a trusted proxy's habits must not turn every write into a 400.
 //! - The actor is the token's name (see `auth`).
+//! - The trace is the request span's: a child of the caller's W3C `traceparent` (with its
+//!   `tracestate`), or the root of a new trace when there is none. A malformed one is
+//!   ignored, as the W3C spec says, never a 400: a caller's tracing must not refuse a
+//!   change. The [`trace`] middleware runs inside [`request_id`], so the span names the id.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::extract::{ConnectInfo, FromRequestParts, Request};
+use axum::extract::{ConnectInfo, FromRequestParts, MatchedPath, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use tracing::Instrument;
 
 use super::auth::{AdminWrite, Authorized};
 use super::error::ApiError;
 use super::AppState;
-use crate::audit::Context;
+use crate::audit::{Context, Trace};
 use crate::config::TrustedProxy;
 use crate::telemetry;
 
@@ -63,6 +68,30 @@ pub async fn request_id(mut request: Request, next: Next) -> Response {
     response
 }
 
+/// The trace of the request's span, set by [`trace`] for everything after it.
+#[derive(Debug, Clone)]
+pub struct RequestTrace(pub Option<Trace>);
+
+/// Middleware: run the request in its span, joined to the caller's trace, and keep the
+/// span's trace for the changes it makes.
+pub async fn trace(mut request: Request, next: Next) -> Response {
+    let route = request.extensions().get::<MatchedPath>().cloned();
+    let id = request.extensions().get::<RequestId>().map(|r| r.0.clone());
+    let span = telemetry::trace::request_span(
+        request.method(),
+        route.as_ref().map(MatchedPath::as_str),
+        id.as_deref().unwrap_or_default(),
+    );
+    // The context holds the request's span until the answer: kept alive to the end.
+    let cx = telemetry::trace::join(&span, telemetry::trace::extract(request.headers()));
+    let trace = telemetry::trace::trace_of(&cx);
+    request.extensions_mut().insert(RequestTrace(trace));
+    let response = next.run(request).instrument(span.clone()).await;
+    telemetry::trace::request_answered(&span, response.status());
+    drop(cx);
+    response
+}
+
 /// The caller's `X-Request-Id`, if it sent one.
 fn presented_id(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     let mut values = headers.get_all(&X_REQUEST_ID).iter();
@@ -88,13 +117,15 @@ fn presented_id(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     Ok(Some(String::from_utf8_lossy(bytes).into_owned()))
 }
 
-/// Where a request came from: its client address and request id.
+/// Where a request came from: its client address, request id and trace.
 #[derive(Debug, Clone)]
 pub struct Origin {
     /// The client's address (see the module doc for proxies).
     pub remote_ip: Option<IpAddr>,
     /// The request id echoed to the client.
     pub request_id: Arc<str>,
+    /// The trace of the request's span.
+    pub trace: Option<Trace>,
 }
 
 impl Origin {
@@ -105,6 +136,7 @@ impl Origin {
             self.remote_ip.map(|ip| ip.to_string()),
             Some(self.request_id.to_string()),
         )
+        .traced(self.trace.clone())
     }
 }
 
@@ -123,9 +155,14 @@ impl FromRequestParts<AppState> for Origin {
             .map(|ConnectInfo(addr)| addr.ip());
         let remote_ip =
             peer.map(|peer| client_ip(peer, &parts.headers, &state.admin.trusted_proxies));
+        let trace = parts
+            .extensions
+            .get::<RequestTrace>()
+            .and_then(|t| t.0.clone());
         Ok(Origin {
             remote_ip,
             request_id,
+            trace,
         })
     }
 }

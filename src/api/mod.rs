@@ -133,6 +133,8 @@ pub fn router(state: AppState) -> Router {
             state.admin.limits,
             limits::deadlines,
         ))
+        // Inside the request id, which the request's span names.
+        .layer(middleware::from_fn(context::trace))
         .layer(middleware::from_fn(context::request_id))
         .with_state(state)
 }

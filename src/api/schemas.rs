@@ -149,6 +149,8 @@ mod tests {
             version: None,
             store: None,
             snapshot: None,
+            traceparent: None,
+            tracestate: None,
         }
     }
 

@@ -5,6 +5,10 @@
 //! refuse it are two questions: an operator's enable of a stopped sink is the operator's
 //! act, and it must not be refused by the backlog it is there to drain. So a `Context`
 //! carries an [`Admission`] of its own beside the actor.
+//!
+//! A change also carries the W3C trace context it was made under ([`Trace`]): its row keeps
+//! it, so the change's lifecycle event carries it on every delivery, a redelivery after a
+//! crash included. A trace id is no secret; an auditor can find the change's spans by it.
 
 use serde::{Deserialize, Serialize};
 
@@ -35,10 +39,21 @@ impl Admission {
     }
 }
 
-/// Who asked for a change, from where, under which request.
+/// The W3C trace context of a change, as the propagator writes it: the `traceparent` of the
+/// node's span that made the change, and the caller's `tracestate` passed on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Trace {
+    /// `00-<trace id>-<span id>-<flags>`.
+    pub traceparent: String,
+    /// The vendors' entries, when there are any.
+    pub tracestate: Option<String>,
+}
+
+/// Who asked for a change, from where, under which request and trace.
 ///
 /// The admin API fills it from the authenticated token (actor), the peer address or a
-/// trusted proxy's header (remote_ip) and `X-Request-Id` (request_id).
+/// trusted proxy's header (remote_ip), `X-Request-Id` (request_id) and the request's span
+/// (trace).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Context {
     /// The token's name, or [`SYSTEM_ACTOR`].
@@ -47,6 +62,9 @@ pub struct Context {
     pub remote_ip: Option<String>,
     /// The request's id, echoed to the client, so a row can be matched to a request.
     pub request_id: Option<String>,
+    /// The trace the change was made in: the request's, or the node's own span's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<Trace>,
     /// How the writer admits the change; never in a row.
     #[serde(skip)]
     admission: Admission,
@@ -63,19 +81,28 @@ impl Context {
             actor: actor.into(),
             remote_ip,
             request_id,
+            trace: None,
             admission: Admission::Bounded,
         }
     }
 
     /// A change the node makes itself (settlement, restores, retention). It is never
-    /// refused by the trail's ceilings or the outbox backlog.
+    /// refused by the trail's ceilings or the outbox backlog. It carries the trace of the
+    /// node's span it is made in, if there is one.
     pub fn system() -> Context {
         Context {
             actor: SYSTEM_ACTOR.to_owned(),
             remote_ip: None,
             request_id: None,
+            trace: crate::telemetry::trace::current(),
             admission: Admission::System,
         }
+    }
+
+    /// This change as one made in `trace`.
+    pub fn traced(mut self, trace: Option<Trace>) -> Context {
+        self.trace = trace;
+        self
     }
 
     /// This operator's change as one that relieves the backlog ([`Admission::Relieving`]):

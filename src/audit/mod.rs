@@ -44,7 +44,7 @@ pub use bounds::prune::SweepBatch;
 pub use bounds::retention::SweepReport;
 pub use bounds::usage::{Mismatch, Usage};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use context::{Admission, Context, SYSTEM_ACTOR};
+pub use context::{Admission, Context, Trace, SYSTEM_ACTOR};
 pub use dual::handle::{Finish, Pending, Recorded};
 pub use dual::pending_row::{decode_pending, pending_rows, PendingRow, PENDING_FORMAT};
 pub use dual::requests::Settled;

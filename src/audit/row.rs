@@ -78,6 +78,13 @@ pub struct Row {
     /// The snapshot this row belongs to: a marker, or an item it refreshed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<String>,
+    /// The W3C `traceparent` of the span that made the change (the request's, or the node's
+    /// own); its event carries it. Absent in rows written before traces were kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// The W3C `tracestate` the change's caller sent with its `traceparent`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
 }
 
 /// A subject's version and the store whose counter issued it.

@@ -45,6 +45,7 @@ impl Config {
         self.routes.validate()?;
         self.sources.validate()?;
         self.settlement.validate()?;
+        self.telemetry.validate()?;
         self.api.validate()
     }
 }

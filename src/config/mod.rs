@@ -6,9 +6,10 @@
 //! (which may be a secret): `describe.rs` builds them from figment's error kinds.
 //!
 //! One file per part of the node a section configures: `node.rs` (`[node]` and the path checks
-//! its directories need), `api.rs`, `audit.rs` (`[audit]`, `[settlement]`), `lifecycle.rs` and
-//! `remote.rs` (`[routes]`, `[sources]`: the stores kept outside the node); `load.rs` layers and
-//! validates them. Every type is re-exported here, so callers name `crate::config::X`.
+//! its directories need), `api.rs`, `audit.rs` (`[audit]`, `[settlement]`), `lifecycle.rs`,
+//! `remote.rs` (`[routes]`, `[sources]`: the stores kept outside the node) and `telemetry.rs`
+//! (`[telemetry]`: the export of spans); `load.rs` layers and validates them. Every type is
+//! re-exported here, so callers name `crate::config::X`.
 
 mod api;
 mod audit;
@@ -18,6 +19,7 @@ mod load;
 mod node;
 mod remote;
 mod show;
+mod telemetry;
 #[cfg(test)]
 mod tests;
 
@@ -27,6 +29,7 @@ pub use lifecycle::LifecycleConfig;
 pub use node::{relative_within, within, NodeConfig};
 pub use remote::{RemoteStoreKind, RoutesConfig, SourceStoreKind, SourcesConfig};
 pub use show::{redact, REDACTED};
+pub use telemetry::TelemetryConfig;
 
 use serde::Deserialize;
 
@@ -47,6 +50,9 @@ pub struct Config {
     pub lifecycle: LifecycleConfig,
     /// Logging.
     pub log: LogConfig,
+    /// The export of spans.
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
     /// Where route definitions live.
     pub routes: RoutesConfig,
     /// Where API-managed sources live.

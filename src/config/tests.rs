@@ -471,3 +471,53 @@ fn validation_errors_never_echo_a_secret_bearing_value() {
         assert_names_without_values(&err.to_string(), &[key], &["hunter2xyz"]);
     }
 }
+
+#[test]
+fn otlp_endpoint_is_off_by_default_and_checked_by_name() {
+    let c = Config::load_from(None, "ANKUSA_TEST_NONE_").unwrap();
+    assert_eq!(c.telemetry.otlp_endpoint, None);
+    assert_eq!(c.telemetry.traces_url(), None);
+    for (endpoint, url) in [
+        ("http://127.0.0.1:4318", "http://127.0.0.1:4318/v1/traces"),
+        (
+            "https://otel.example:4318/",
+            "https://otel.example:4318/v1/traces",
+        ),
+        ("http://gw.example/otlp", "http://gw.example/otlp/v1/traces"),
+    ] {
+        let c = load_str(&format!("[telemetry]\notlp_endpoint = \"{endpoint}\"\n")).unwrap();
+        assert_eq!(c.telemetry.traces_url().as_deref(), Some(url), "{endpoint}");
+    }
+    for (endpoint, why) in [
+        (
+            "collector:4318",
+            "must be an http:// or https:// URL with a host",
+        ),
+        ("not a url", "is not a URL"),
+        (
+            "grpc://127.0.0.1:4317",
+            "must be an http:// or https:// URL with a host",
+        ),
+        (
+            "http://user:hunter2@127.0.0.1:4318",
+            "must not carry credentials",
+        ),
+        (
+            "http://127.0.0.1:4318/?x=1",
+            "must have no query or fragment",
+        ),
+    ] {
+        let err = load_str(&format!("[telemetry]\notlp_endpoint = \"{endpoint}\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("configuration: telemetry.otlp_endpoint: ") && err.contains(why),
+            "{endpoint}: {err}"
+        );
+        assert!(!err.contains("hunter2"), "{err}");
+    }
+    let err = load_str("[telemetry]\notlp_endpoit = \"http://127.0.0.1:4318\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("otlp_endpoit"), "{err}");
+}

@@ -167,6 +167,13 @@ pub fn build(
     if let Some(snapshot) = row.snapshot.as_deref() {
         event = event.extension("snapshot", snapshot);
     }
+    // The CloudEvents distributed-tracing extension: the change's trace, as its row keeps it.
+    if let Some(traceparent) = row.traceparent.as_deref() {
+        event = event.extension("traceparent", traceparent);
+    }
+    if let Some(tracestate) = row.tracestate.as_deref() {
+        event = event.extension("tracestate", tracestate);
+    }
     event.build().map_err(|e| err(e.to_string()))
 }
 
@@ -190,6 +197,8 @@ mod tests {
             version: None,
             store: None,
             snapshot: None,
+            traceparent: None,
+            tracestate: None,
         }
     }
 
@@ -372,6 +381,33 @@ mod tests {
         assert_eq!(
             dataschema("io.ankusa.trail.checkpoint"),
             "https://ankusa.io/schemas/io.ankusa.trail.checkpoint.v1.json"
+        );
+    }
+
+    #[test]
+    fn events_carry_the_trace_of_their_row() {
+        let history = History(vec![Incarnation {
+            from: 1,
+            id: Uuid::new_v4(),
+            base: 0,
+        }]);
+        let ext = |e: &Event, name: &str| e.extension(name).map(|v| v.to_string());
+        // No trace in the row (rows written before traces were kept): no extension.
+        let plain = build(&row(3, "route.update"), b"{}", &history, "urn:n").unwrap();
+        assert_eq!(ext(&plain, "traceparent"), None);
+        assert_eq!(ext(&plain, "tracestate"), None);
+        let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let mut traced = row(4, "route.update");
+        traced.traceparent = Some(parent.into());
+        let e = build(&traced, b"{}", &history, "urn:n").unwrap();
+        assert_eq!(ext(&e, "traceparent").as_deref(), Some(parent));
+        assert_eq!(ext(&e, "tracestate"), None);
+        traced.tracestate = Some("congo=t61rcWkgMzE,rojo=00f067aa0ba902b7".into());
+        let e = build(&traced, b"{}", &history, "urn:n").unwrap();
+        assert_eq!(ext(&e, "traceparent").as_deref(), Some(parent));
+        assert_eq!(
+            ext(&e, "tracestate").as_deref(),
+            Some("congo=t61rcWkgMzE,rojo=00f067aa0ba902b7")
         );
     }
 

@@ -47,6 +47,12 @@ pub struct EventRow<'a> {
     /// The snapshot the row belongs to.
     #[serde(borrow, default, deserialize_with = "optional_text")]
     pub snapshot: Option<Cow<'a, str>>,
+    /// The W3C `traceparent` of the change (the CloudEvents distributed-tracing extension).
+    #[serde(borrow, default, deserialize_with = "optional_text")]
+    pub traceparent: Option<Cow<'a, str>>,
+    /// The W3C `tracestate` of the change.
+    #[serde(borrow, default, deserialize_with = "optional_text")]
+    pub tracestate: Option<Cow<'a, str>>,
 }
 
 /// An optional string, borrowed where it holds no escapes (`Option<Cow>` would always own).
@@ -66,6 +72,8 @@ impl<'a> EventRow<'a> {
             resource: own(self.resource),
             store: self.store.map(own),
             snapshot: self.snapshot.map(own),
+            traceparent: self.traceparent.map(own),
+            tracestate: self.tracestate.map(own),
             ..self
         }
     }
@@ -226,6 +234,8 @@ mod tests {
             version: row.version,
             store: row.store.map(Cow::Owned),
             snapshot: row.snapshot.map(Cow::Owned),
+            traceparent: row.traceparent.map(Cow::Owned),
+            tracestate: row.tracestate.map(Cow::Owned),
         };
         assert_eq!((first, first.resource.as_ref()), (&expected, "routes/r1"));
         assert_eq!(entity, &json!({"id": "routes/r1"}));

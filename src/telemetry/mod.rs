@@ -6,8 +6,9 @@
 //! One file per area: [`audit`] (`ankusa_audit_*`: the writer, the trail's usage and
 //! ceilings, retention), [`dual`] (`ankusa_audit_pending_*`, `ankusa_audit_settlement_*`:
 //! dual writes and their settlement), [`lifecycle`] (`ankusa_lifecycle_*`: the publisher and
-//! its sinks), [`remote`] (`ankusa_remote_*`: the remote stores' refresh after a restore) and
-//! [`api`] (the admin API's log lines; it has no metrics). A caller names the area and the
+//! its sinks), [`remote`] (`ankusa_remote_*`: the remote stores' refresh after a restore),
+//! [`api`] (the admin API's log lines; it has no metrics), and [`trace`] (the trace context of
+//! requests and changes, and the export of spans). A caller names the area and the
 //! event: `telemetry::<area>::<what happened>(..)` (`telemetry::dual::pending_begun()`,
 //! `telemetry::remote::refresh_failed(..)`). Each area keeps its metrics in one `METRICS`
 //! struct whose fields are the exported names without `ankusa_<area>_` and `_total`.
@@ -35,6 +36,7 @@ mod deploy;
 pub mod dual;
 pub mod lifecycle;
 pub mod remote;
+pub mod trace;
 
 use std::sync::LazyLock;
 
@@ -61,20 +63,34 @@ pub fn render() -> String {
 
 /// Install the `tracing` subscriber: `level` is an env-filter directive (`RUST_LOG`
 /// overrides it), `json` picks JSON lines over text. Logs go to stderr, coloured only when
-/// it is a terminal: a file, a pipe or journald gets plain text.
-pub fn init_logging(level: &str, json: bool) {
+/// it is a terminal: a file, a pipe or journald gets plain text. With `tracer`, the node's
+/// own spans (target `ankusa`, info and up, whatever the log level) also become its
+/// OpenTelemetry spans ([`trace::Tracing::layer`]).
+pub fn init_logging(level: &str, json: bool, tracer: Option<&trace::Tracing>) {
     use std::io::IsTerminal;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::Layer as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
-    let _ = if json {
-        builder.json().try_init()
+    let fmt = if json {
+        fmt.json().with_filter(filter).boxed()
     } else {
-        builder.try_init()
+        fmt.with_filter(filter).boxed()
     };
+    // Its own filter: a quiet log level must not cut a request's span out of its trace.
+    let spans = tracer.map(|t| {
+        let targets =
+            tracing_subscriber::filter::Targets::new().with_target("ankusa", tracing::Level::INFO);
+        t.layer().with_filter(targets)
+    });
+    let _ = tracing_subscriber::registry()
+        .with(fmt)
+        .with(spans)
+        .try_init();
 }
 
 /// A counter.

@@ -27,6 +27,9 @@ use crate::{encoding, partition_key, telemetry, Delivery, Outcome, Sink, SinkErr
 const WEBHOOK_ID: HeaderName = HeaderName::from_static("webhook-id");
 const WEBHOOK_TIMESTAMP: HeaderName = HeaderName::from_static("webhook-timestamp");
 const WEBHOOK_SIGNATURE: HeaderName = HeaderName::from_static("webhook-signature");
+/// The W3C trace context headers, from the event's distributed-tracing extension.
+const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 const STRUCTURED: &str = "application/cloudevents+json";
 const BATCH: &str = "application/cloudevents-batch+json";
 
@@ -142,6 +145,7 @@ impl WebhookSink {
                     request.map_err(|_| ())
                 }),
         }
+        .and_then(|r| traced(r, event))
         .and_then(|r| self.signed(r, event.id()));
         match request {
             Ok(request) => self.execute(request, 1).await,
@@ -160,9 +164,10 @@ impl WebhookSink {
     pub(crate) fn binary(&self, event: &Event) -> Result<Request, ()> {
         let mut request = Request::new(Method::POST, self.url.clone());
         let headers = request.headers_mut();
-        // Room for every header the request gets, the signature's three included, so the
-        // map is allocated once (without walking the event's attributes twice).
-        headers.reserve(encoding::PUBLISHED_HEADERS + 3);
+        // Room for every header the request gets, the signature's three and the trace's two
+        // included, so the map is allocated once (without walking the event's attributes
+        // twice).
+        headers.reserve(encoding::PUBLISHED_HEADERS + 5);
         for (name, attribute) in event.iter() {
             let value = HeaderValue::from_str(&encoding::attribute_text(&attribute));
             headers.append(binary_header(name)?, value.map_err(|_| ())?);
@@ -264,6 +269,20 @@ impl Sink for WebhookSink {
             ))),
         }
     }
+}
+
+/// `request` with the W3C `traceparent` and `tracestate` headers of `event`'s
+/// distributed-tracing extension, when it has one: a receiver's HTTP tracing joins the
+/// change's trace without reading CloudEvents. (A batch request carries events of many
+/// traces, each in its own `traceparent` attribute, and no header.)
+fn traced(mut request: Request, event: &Event) -> Result<Request, ()> {
+    for (header, name) in [(TRACEPARENT, "traceparent"), (TRACESTATE, "tracestate")] {
+        if let Some(value) = event.extension(name) {
+            let value = HeaderValue::from_str(&value.to_string()).map_err(|_| ())?;
+            request.headers_mut().insert(header, value);
+        }
+    }
+    Ok(request)
 }
 
 /// The binary-mode header of attribute or extension `name`. The names a published event has

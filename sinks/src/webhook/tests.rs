@@ -499,3 +499,59 @@ fn binary_requests_match_the_sdk_binding() {
         assert_eq!((ours.method(), ours.url()), (sdk.method(), sdk.url()));
     }
 }
+
+#[tokio::test]
+async fn an_events_trace_goes_out_as_the_w3c_headers() {
+    const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const STATE: &str = "congo=t61rcWkgMzE";
+    let traced = |seq: u64, state: Option<&str>| {
+        let mut delivery = sample(seq, "acme/r1");
+        delivery.event.set_extension("traceparent", PARENT);
+        if let Some(state) = state {
+            delivery.event.set_extension("tracestate", state);
+        }
+        delivery
+    };
+    for mode in [WebhookMode::Binary, WebhookMode::Structured] {
+        let receiver = verifying().await;
+        let sink = sink(&receiver, mode);
+        let events = [
+            traced(1, Some(STATE)),
+            traced(2, None),
+            sample(3, "acme/r1"),
+        ];
+        assert_eq!(sink.send(&events).await, vec![Outcome::Delivered; 3]);
+        let requests = receiver.requests();
+        let trace = |r: &Recorded| {
+            let header = |name| r.headers.get(name).map(|v| v.to_str().unwrap().to_owned());
+            (header("traceparent"), header("tracestate"))
+        };
+        let got: Vec<_> = requests.iter().map(trace).collect();
+        assert_eq!(
+            got,
+            [
+                (Some(PARENT.into()), Some(STATE.into())),
+                (Some(PARENT.into()), None),
+                (None, None)
+            ],
+            "{mode:?}"
+        );
+        assert!(requests.iter().all(|r| r.signature_valid));
+        if mode == WebhookMode::Binary {
+            // Beside what the CloudEvents binding maps.
+            assert_eq!(requests[0].header("ce-traceparent"), PARENT);
+            assert_eq!(requests[0].header("ce-tracestate"), STATE);
+        }
+    }
+    // A batch holds many traces: each event's in its body, none as a header.
+    let receiver = verifying().await;
+    let sink = sink(&receiver, WebhookMode::Batch);
+    assert_eq!(
+        sink.send(&[traced(1, Some(STATE))]).await,
+        vec![Outcome::Delivered]
+    );
+    let got = &receiver.requests()[0];
+    assert!(got.headers.get("traceparent").is_none());
+    let body: Vec<serde_json::Value> = serde_json::from_slice(&got.body).unwrap();
+    assert_eq!(body[0]["traceparent"], PARENT);
+}

@@ -51,6 +51,13 @@ pub struct PendingRow {
     /// to publish if the change settles `ok`. Read, never written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entity: Option<Value>,
+    /// The W3C `traceparent` of the change, for its trail row (see [`crate::audit::Row`]),
+    /// so a change settled after a crash keeps its trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// The W3C `tracestate` of the change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
 }
 
 /// Decode a pending row's value.
@@ -110,6 +117,8 @@ pub(crate) mod tests {
             kind: Some("route".into()),
             locator: Some(serde_json::json!({"tenant": "t1", "id": "r1"})),
             entity: None,
+            traceparent: None,
+            tracestate: None,
         }
     }
 

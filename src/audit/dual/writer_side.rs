@@ -89,6 +89,8 @@ fn pending_row_of(
         kind,
         locator,
         entity: None,
+        traceparent: ctx.trace.as_ref().map(|t| t.traceparent.clone()),
+        tracestate: ctx.trace.and_then(|t| t.tracestate),
     };
     (row, change.entity)
 }
@@ -336,6 +338,8 @@ fn trail_row(
         version: None,
         store: None,
         snapshot: None,
+        traceparent: p.traceparent,
+        tracestate: p.tracestate,
     }
 }
 

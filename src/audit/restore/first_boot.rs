@@ -201,5 +201,7 @@ fn restore_row(
         version: None,
         store: None,
         snapshot: None,
+        traceparent: None,
+        tracestate: None,
     }
 }

@@ -273,6 +273,8 @@ mod tests {
             version: None,
             store: None,
             snapshot: None,
+            traceparent: None,
+            tracestate: None,
         }
     }
 

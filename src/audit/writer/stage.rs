@@ -90,6 +90,8 @@ impl Staged {
             version,
             store,
             snapshot: change.snapshot,
+            traceparent: ctx.trace.as_ref().map(|t| t.traceparent.clone()),
+            tracestate: ctx.trace.as_ref().and_then(|t| t.tracestate.clone()),
         };
         let value = serde_json::to_vec(&row).expect("a row always serializes");
         let entity = match (publish, change.entity) {

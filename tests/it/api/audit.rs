@@ -177,6 +177,8 @@ async fn rows_page_in_seq_order_with_filters() {
             "revision",
             "result",
             "publish",
+            // Every change through the API is made in a trace (the request's own, here).
+            "traceparent",
         ]
         .into();
         // A source's row also says the version its change took (a local store: no `store`).
@@ -330,4 +332,102 @@ async fn openapi_document_and_served_routes_agree() {
     );
     assert!(node.rows().await.is_empty(), "probing wrote nothing");
     node.stop().await;
+}
+
+/// The tree's endpoints: the checkpoint the interval timer signs, a row's inclusion proof
+/// and a consistency proof, and each refusal by its code.
+#[tokio::test]
+async fn checkpoints_and_proofs_are_served_to_auditors() {
+    let node = TestNode::start_with(|c| c["audit"]["checkpoint_interval"] = json!("1s")).await;
+    let none = node
+        .call(Method::GET, "/admin/v1/audit/checkpoint", AUDITOR, None)
+        .await;
+    assert_error(&none, 404, "not_found");
+    make_changes(&node).await;
+    // Five rows; within a second of them the timer signs row 6, of the tree of five.
+    crate::support::eventually::eventually(
+        "a checkpoint",
+        std::time::Duration::from_secs(10),
+        async || {
+            node.call(Method::GET, "/admin/v1/audit/checkpoint", AUDITOR, None)
+                .await
+                .status
+                == StatusCode::OK
+        },
+    )
+    .await;
+    let cp = node
+        .call(Method::GET, "/admin/v1/audit/checkpoint", AUDITOR, None)
+        .await
+        .json();
+    assert_eq!(cp["size"], 5);
+    let row = node.row(6).await;
+    assert_eq!(row["action"], "trail.checkpoint");
+    assert_eq!(row["actor"], "system");
+    assert_eq!(row["detail"], cp);
+    let text = cp["checkpoint"].as_str().unwrap();
+    let origin = cp["origin"].as_str().unwrap();
+    assert!(
+        text.starts_with(&format!(
+            "{origin}\n5\n{}\n\n\u{2014} ",
+            cp["root"].as_str().unwrap()
+        )),
+        "{text}"
+    );
+
+    let proof = node
+        .call(Method::GET, "/admin/v1/audit/2/proof", AUDITOR, None)
+        .await;
+    assert_eq!(proof.status, StatusCode::OK);
+    let proof = proof.json();
+    assert_eq!(
+        (
+            proof["seq"].clone(),
+            proof["index"].clone(),
+            proof["size"].clone()
+        ),
+        (json!(2), json!(1), json!(5))
+    );
+    assert_eq!(proof["root"], cp["root"]);
+    assert_eq!(
+        proof["proof"].as_array().unwrap().len(),
+        3,
+        "a path of log2(5) rounded up"
+    );
+    let c = node
+        .call(
+            Method::GET,
+            "/admin/v1/audit/consistency?from=2&to=5",
+            AUDITOR,
+            None,
+        )
+        .await;
+    assert_eq!(c.status, StatusCode::OK);
+    assert_eq!(c.json()["to_root"], cp["root"]);
+
+    for (path, status, code) in [
+        ("/admin/v1/audit/2/proof?size=99", 422, "invalid_input"),
+        ("/admin/v1/audit/5/proof?size=3", 422, "invalid_input"),
+        ("/admin/v1/audit/99/proof?size=5", 422, "invalid_input"),
+        ("/admin/v1/audit/2/proof?size=x", 400, "bad_request"),
+        (
+            "/admin/v1/audit/consistency?from=0&to=5",
+            422,
+            "invalid_input",
+        ),
+        (
+            "/admin/v1/audit/consistency?from=4&to=99",
+            422,
+            "invalid_input",
+        ),
+        ("/admin/v1/audit/consistency?from=4", 400, "bad_request"),
+    ] {
+        let r = node.call(Method::GET, path, AUDITOR, None).await;
+        assert_error(&r, status, code);
+    }
+    // Only audit:read.
+    let r = node
+        .call(Method::GET, "/admin/v1/audit/checkpoint", READER, None)
+        .await;
+    assert_error(&r, 403, "forbidden");
 }

@@ -13,3 +13,4 @@ mod secret_probing;
 mod secrets;
 mod sources;
 mod subjects;
+mod trace;

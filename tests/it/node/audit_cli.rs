@@ -36,7 +36,9 @@ fn store(dir: &Path) {
         };
         let trail = open_trail_with(dir, options);
         for i in 0..20 {
-            create_source(&trail, ctx("ops"), &format!("s{i}"), "pw").await.unwrap();
+            create_source(&trail, ctx("ops"), &format!("s{i}"), "pw")
+                .await
+                .unwrap();
         }
         assert_eq!(trail.checkpoint_now().await.unwrap(), Some(21));
         trail.shutdown().await;
@@ -62,7 +64,15 @@ fn verify_exits_by_what_it_found_and_key_prints_the_stores_verifier_key() {
 
     let cp = dir.path().join("cp.txt");
     std::fs::write(&cp, &checkpoint.checkpoint).unwrap();
-    let out = audit(&["verify", "--store", p, "--key", &vkey, "--checkpoint", cp.to_str().unwrap()]);
+    let out = audit(&[
+        "verify",
+        "--store",
+        p,
+        "--key",
+        &vkey,
+        "--checkpoint",
+        cp.to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
     assert_eq!(
         stdout(&out),
@@ -80,7 +90,10 @@ fn verify_exits_by_what_it_found_and_key_prints_the_stores_verifier_key() {
         let db = open_stopped(&path);
         let cf = db.cf_handle(Cf::Audit.name()).unwrap();
         let (k, mut v) = db
-            .iterator_cf(cf, rocksdb::IteratorMode::From(&keys::row_seek(7), rocksdb::Direction::Forward))
+            .iterator_cf(
+                cf,
+                rocksdb::IteratorMode::From(&keys::row_seek(7), rocksdb::Direction::Forward),
+            )
             .next()
             .unwrap()
             .unwrap();
@@ -100,12 +113,17 @@ fn verify_exits_by_what_it_found_and_key_prints_the_stores_verifier_key() {
     store(other.path());
     let other_key = {
         let s = Store::open(other.path()).unwrap();
-        CheckpointKey::load(&s).unwrap().unwrap().verifier_key().to_owned()
+        CheckpointKey::load(&s)
+            .unwrap()
+            .unwrap()
+            .verifier_key()
+            .to_owned()
     };
     let out = audit(&["verify", "--store", p, "--key", &other_key]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("checkpoint m:checkpoint: its signature does not verify with the key"),
+        String::from_utf8_lossy(&out.stderr)
+            .contains("checkpoint m:checkpoint: its signature does not verify with the key"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
@@ -121,5 +139,7 @@ fn verify_exits_by_what_it_found_and_key_prints_the_stores_verifier_key() {
 /// The root of the store's whole tree, as the API's proof of its last row says.
 fn root(path: &Path) -> String {
     let store = Store::open(path).unwrap();
-    ankusa::audit::tree::proof::inclusion(&store, 21, 21, 21).unwrap().root
+    ankusa::audit::tree::proof::inclusion(&store, 21, 21, 21)
+        .unwrap()
+        .root
 }
