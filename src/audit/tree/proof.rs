@@ -8,7 +8,7 @@ use serde::Serialize;
 use tlog_tiles::{Error as TlogError, Hash};
 
 use super::{leaf_hash, Stored, TreeMeta};
-use crate::store::{keys, Cf, Store, StoreError};
+use crate::store::{keys, Cf, Entry, Store, StoreError};
 
 /// Why a proof cannot be given.
 #[derive(Debug, thiserror::Error)]
@@ -137,7 +137,7 @@ pub fn consistency(
 }
 
 /// Row `seq`'s key and value.
-fn row(store: &Store, seq: u64) -> Result<Option<(Vec<u8>, Vec<u8>)>, StoreError> {
+fn row(store: &Store, seq: u64) -> Result<Option<Entry>, StoreError> {
     let mut found = None;
     store.scan(Cf::Audit, &[keys::ROW], &keys::row_seek(seq), |k, v| {
         if keys::decode_row_key(k).is_some_and(|(s, _)| s == seq) {

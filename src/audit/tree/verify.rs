@@ -285,7 +285,7 @@ impl Walk {
             }
             last = Some(seq);
             let done = seq + 1 - start;
-            if done % 65_536 == 0 {
+            if done.is_multiple_of(65_536) {
                 progress(done, total);
             }
             rows.next();

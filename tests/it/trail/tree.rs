@@ -211,6 +211,9 @@ enum Tamper {
     Rewrite { seq: u64, at: usize },
 }
 
+/// Writes to the store: a key and its new value, or its deletion.
+type Changes = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+
 struct Fixture {
     db: rocksdb::DB,
     reader: Store,
@@ -230,7 +233,7 @@ impl Fixture {
     }
 
     /// Write `changes` (key, value or deletion); returns what they replaced.
-    fn apply(&self, changes: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    fn apply(&self, changes: Changes) -> Changes {
         let mut undo = Vec::new();
         let mut batch = rocksdb::WriteBatch::default();
         for (k, v) in changes {
@@ -246,7 +249,7 @@ impl Fixture {
     }
 
     /// The seq `verify` must name for `t`, and the changes that make it.
-    fn plan(&self, t: &Tamper) -> (u64, Vec<(Vec<u8>, Option<Vec<u8>>)>) {
+    fn plan(&self, t: &Tamper) -> (u64, Changes) {
         let flip = |v: &[u8], at: usize| {
             let mut v = v.to_vec();
             let i = at % v.len();
