@@ -168,8 +168,8 @@ fn proof_error(field: &str, e: ProofError) -> ApiError {
             code: "conflict",
             message: e.to_string(),
         },
-        ProofError::OutOfRange(m) => ApiError::invalid(field, m),
-        ProofError::Gone(m) => ApiError::NotFound(m),
+        ProofError::Invalid(m) => ApiError::invalid(field, m),
+        ProofError::OutOfRange(m) | ProofError::Gone(m) => ApiError::NotFound(m),
         ProofError::Store(e) => e.into(),
     }
 }

@@ -16,9 +16,12 @@ pub enum ProofError {
     /// The store keeps no tree (`audit.tree = false`).
     #[error("the trail has no Merkle tree (audit.tree is off)")]
     NoTree,
-    /// A size or seq outside the tree.
+    /// A size past the tree, or a row past the size: no such tree, or not in it (yet).
     #[error("{0}")]
     OutOfRange(String),
+    /// Sizes that cannot be asked for whatever the tree: `from` after `to`, or 0.
+    #[error("{0}")]
+    Invalid(String),
     /// The row, or a node the proof needs, was pruned (or never was in the tree).
     #[error("{0}")]
     Gone(String),
@@ -105,7 +108,7 @@ pub fn consistency(
 ) -> Result<ConsistencyProof, ProofError> {
     TreeMeta::read(store)?.ok_or(ProofError::NoTree)?;
     if from == 0 || from > to {
-        return Err(ProofError::OutOfRange(format!(
+        return Err(ProofError::Invalid(format!(
             "from must be between 1 and to ({to}), not {from}"
         )));
     }
