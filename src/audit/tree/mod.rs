@@ -176,8 +176,13 @@ impl Frontier {
     /// Add the row with `key` and `value` as the next leaf; returns the nodes to store, with
     /// their stored-hash indexes.
     pub(crate) fn append(&mut self, key: &[u8], value: &[u8]) -> Vec<(u64, Hash)> {
+        self.append_hash(leaf_hash(key, value))
+    }
+
+    /// Add a leaf of hash `leaf`; returns the nodes to store, with their stored-hash indexes.
+    pub(crate) fn append_hash(&mut self, leaf: Hash) -> Vec<(u64, Hash)> {
         let n = self.size;
-        let hashes = tlog_tiles::stored_hashes(n, &leaf_input(key, value), self)
+        let hashes = tlog_tiles::stored_hashes_for_record_hash(n, leaf, self)
             .expect("the frontier holds every node an append reads");
         // The leaf completed `completed` subtrees, each consuming one root of the frontier.
         let completed = hashes.len() - 1;

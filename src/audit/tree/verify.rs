@@ -34,6 +34,44 @@ pub const CHECKPOINT_RESOURCE: &str = "trail";
 /// by field, so the bytes are always these.
 const CHECKPOINT_MARK: &[u8] = br#""action":"trail.checkpoint""#;
 
+/// A row as the reader hands it to the walk: its seq (`None`: a damaged key), its leaf hash,
+/// and its value when it is a checkpoint row.
+struct Leaf {
+    seq: Option<u64>,
+    hash: Hash,
+    checkpoint: Option<Vec<u8>>,
+}
+
+/// Read the rows from seq `start` on, hash their leaves, and send them in chunks.
+fn read_leaves(
+    store: &Store,
+    start: u64,
+    tx: std::sync::mpsc::SyncSender<Vec<Leaf>>,
+) -> Result<(), StoreError> {
+    const CHUNK: usize = 4096;
+    let mut rows = store.cursor(Cf::Audit, &[keys::ROW]);
+    rows.seek(&keys::row_seek(start));
+    let mut chunk = Vec::with_capacity(CHUNK);
+    while let Some((k, v)) = rows.entry() {
+        chunk.push(Leaf {
+            seq: keys::decode_row_key(k).map(|(s, _)| s),
+            hash: super::leaf_hash(k, v),
+            checkpoint: memchr::memmem::find(v, CHECKPOINT_MARK).map(|_| v.to_vec()),
+        });
+        if chunk.len() == CHUNK
+            && tx
+                .send(std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK)))
+                .is_err()
+        {
+            return Ok(());
+        }
+        rows.next();
+    }
+    rows.finish()?;
+    let _ = tx.send(chunk);
+    Ok(())
+}
+
 /// A checkpoint from outside the node (a sink's copy, a witness's), in signed-note text.
 #[derive(Debug, Clone)]
 pub struct External {
@@ -252,45 +290,54 @@ impl Walk {
             0,
             frontier.size(),
         )));
-        let mut last = None;
-        while let Some((k, v)) = rows.entry() {
-            let seq = frontier.next_seq();
-            match keys::decode_row_key(k) {
-                Some((s, _)) if s == seq => {}
-                Some((s, _)) if s > seq => {
-                    return Ok(Err((
-                        seq,
-                        format!("row {seq} is missing (the next is {s})"),
-                    )));
+        drop(rows);
+        // One thread reads the rows and hashes their leaves, this one checks them against the
+        // tree: the two halves of the work, on two cores.
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Leaf>>(4);
+        let (found, read) = std::thread::scope(|scope| {
+            let reader = scope.spawn(move || read_leaves(store, start, tx));
+            let found = (|| {
+                let mut last = None;
+                for leaf in rx.iter().flatten() {
+                    let seq = frontier.next_seq();
+                    match leaf.seq {
+                        Some(s) if s == seq => {}
+                        Some(s) if s > seq => {
+                            return Err((seq, format!("row {seq} is missing (the next is {s})")));
+                        }
+                        _ => return Err((seq, "a damaged row key stands in its place".into())),
+                    }
+                    self.at_size(&frontier)?;
+                    if let Some(v) = &leaf.checkpoint {
+                        self.checkpoint_row(seq, v, &frontier)?;
+                    }
+                    for (index, hash) in frontier.append_hash(leaf.hash) {
+                        let stored = nodes.entry().filter(|(nk, _)| *nk == keys::tree_key(index));
+                        if stored.is_none_or(|(_, nv)| nv != hash.0) {
+                            return Err((
+                                seq,
+                                format!("row {seq} is not the row the tree holds at its place"),
+                            ));
+                        }
+                        nodes.next();
+                    }
+                    last = Some(seq);
+                    let done = seq + 1 - start;
+                    if done.is_multiple_of(65_536) {
+                        progress(done, total);
+                    }
                 }
-                _ => return Ok(Err((seq, "a damaged row key stands in its place".into()))),
-            }
-            if let Err(found) = self.at_size(&frontier) {
-                return Ok(Err(found));
-            }
-            if memchr::memmem::find(v, CHECKPOINT_MARK).is_some() {
-                if let Err(found) = self.checkpoint_row(seq, v, &frontier) {
-                    return Ok(Err(found));
-                }
-            }
-            for (index, hash) in frontier.append(k, v) {
-                let stored = nodes.entry().filter(|(nk, _)| *nk == keys::tree_key(index));
-                if stored.is_none_or(|(_, nv)| nv != hash.0) {
-                    return Ok(Err((
-                        seq,
-                        format!("row {seq} is not the row the tree holds at its place"),
-                    )));
-                }
-                nodes.next();
-            }
-            last = Some(seq);
-            let done = seq + 1 - start;
-            if done.is_multiple_of(65_536) {
-                progress(done, total);
-            }
-            rows.next();
-        }
-        rows.finish()?;
+                Ok(last)
+            })();
+            // A walk that stopped early drops the channel: the reader stops at its next send.
+            drop(rx);
+            (found, reader.join())
+        });
+        read.map_err(|_| StoreError::Unavailable("the row reader panicked".into()))??;
+        let last = match found {
+            Ok(last) => last,
+            Err(found) => return Ok(Err(found)),
+        };
         nodes.finish()?;
         let next = frontier.next_seq();
         if next <= last_seq {

@@ -410,8 +410,16 @@ async fn checkpoints_and_proofs_are_served_to_auditors() {
         ("/admin/v1/audit/5/proof?size=3", 404, "not_found"),
         ("/admin/v1/audit/99/proof?size=5", 404, "not_found"),
         ("/admin/v1/audit/2/proof?size=x", 400, "bad_request"),
-        ("/admin/v1/audit/consistency?from=0&to=5", 422, "invalid_input"),
-        ("/admin/v1/audit/consistency?from=5&to=2", 422, "invalid_input"),
+        (
+            "/admin/v1/audit/consistency?from=0&to=5",
+            422,
+            "invalid_input",
+        ),
+        (
+            "/admin/v1/audit/consistency?from=5&to=2",
+            422,
+            "invalid_input",
+        ),
         ("/admin/v1/audit/consistency?from=4&to=99", 404, "not_found"),
         ("/admin/v1/audit/consistency?from=4", 400, "bad_request"),
     ] {
