@@ -211,6 +211,21 @@ impl Store {
         }
     }
 
+    /// Read a JSON meta entry `m:<name>`; absent reads as `None`, undecodable as damage.
+    pub fn meta_json<T: serde::de::DeserializeOwned>(
+        &self,
+        name: &str,
+    ) -> Result<Option<T>, StoreError> {
+        self.meta(name)?
+            .map(|v| {
+                serde_json::from_slice(&v).map_err(|e| StoreError::Corrupt {
+                    what: format!("m:{name}"),
+                    detail: e.to_string(),
+                })
+            })
+            .transpose()
+    }
+
     /// Forward scan of `cf` from `from` (inclusive) while keys start with `prefix`, calling
     /// `visit` with each entry until it returns `false`.
     pub fn scan(

@@ -50,15 +50,7 @@ impl SignedCheckpoint {
 
     /// `m:checkpoint`: the newest checkpoint the store signed.
     pub fn newest(store: &Store) -> Result<Option<SignedCheckpoint>, StoreError> {
-        store
-            .meta(meta::CHECKPOINT)?
-            .map(|v| {
-                serde_json::from_slice(&v).map_err(|e| StoreError::Corrupt {
-                    what: "m:checkpoint".into(),
-                    detail: e.to_string(),
-                })
-            })
-            .transpose()
+        store.meta_json(meta::CHECKPOINT)
     }
 }
 
@@ -103,12 +95,8 @@ impl CheckpointKey {
     /// `m:checkpoint_key`, if the store has one.
     pub fn load(store: &Store) -> Result<Option<CheckpointKey>, StoreError> {
         store
-            .meta(meta::CHECKPOINT_KEY)?
-            .map(|v| {
-                let stored: StoredKey =
-                    serde_json::from_slice(&v).map_err(|e| damaged(&e.to_string()))?;
-                CheckpointKey::from_stored(stored)
-            })
+            .meta_json::<StoredKey>(meta::CHECKPOINT_KEY)?
+            .map(CheckpointKey::from_stored)
             .transpose()
     }
 

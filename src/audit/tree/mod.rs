@@ -68,15 +68,7 @@ pub struct TreeMeta {
 impl TreeMeta {
     /// Read `m:tree`; `None` when the store has no tree.
     pub fn read(store: &Store) -> Result<Option<TreeMeta>, StoreError> {
-        store
-            .meta(meta::TREE)?
-            .map(|v| {
-                serde_json::from_slice(&v).map_err(|e| StoreError::Corrupt {
-                    what: "m:tree".into(),
-                    detail: e.to_string(),
-                })
-            })
-            .transpose()
+        store.meta_json(meta::TREE)
     }
 
     fn encode(&self) -> Vec<u8> {
