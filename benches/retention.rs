@@ -19,12 +19,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ankusa::audit::{
-    Change, Clock, CommitError, Context, Limits, Row, RowResult, SystemClock, Trail, TrailOptions,
-    Usage, ROW_FORMAT,
+    Change, Clock, CommitError, Context, Limits, SystemClock, Trail, TrailOptions, Usage,
 };
 use ankusa::store::{keys, keys::meta, Cf, Store};
 use rocksdb::{ColumnFamilyDescriptor, DBCompressionType, Options, WriteBatch, DB};
 use serde_json::json;
+
+#[path = "shared/rows.rs"]
+mod rows;
 
 const DAY_MS: u64 = 86_400_000;
 const SINK: &str = "bench";
@@ -240,29 +242,7 @@ fn build(dir: &std::path::Path, n: u64) -> Usage {
     for seq in 1..=n {
         let at = at0 + seq / 100;
         let id = format!("src-{seq:08}");
-        let row = Row {
-            v: ROW_FORMAT,
-            seq,
-            at,
-            actor: "ops-automation".into(),
-            remote_ip: Some("10.20.30.40".into()),
-            request_id: Some(format!("req-{seq:012}")),
-            action: "source.update".into(),
-            tenant: Some("tenant-0001".into()),
-            resource: format!("sources/{id}"),
-            detail: serde_json::Map::from_iter([("fields".to_string(), json!(3))]),
-            before_hash: Some("ab".repeat(32)),
-            after_hash: Some("cd".repeat(32)),
-            revision: Some(seq),
-            result: RowResult::Ok,
-            publish: true,
-            refresh: false,
-            version: None,
-            store: None,
-            snapshot: None,
-            traceparent: None,
-            tracestate: None,
-        };
+        let row = rows::source_row(seq, at, &id);
         let (k, v) = (keys::row_key(seq, at), serde_json::to_vec(&row).unwrap());
         let entity = serde_json::to_vec(
             &json!({"id": id, "tenant": "tenant-0001", "kind": "http", "revision": seq}),

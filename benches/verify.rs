@@ -6,22 +6,23 @@
 //! - an inclusion proof through `Trail::inclusion_proof`, p50 and p99 over 2,000 random rows.
 //!
 //! The rows are written straight into RocksDB as a node without the tree would have left
-//! them (real rows of ~400 bytes, `m:audit_seq`), then a trail with the tree on starts on
+//! them (real rows of ~430 bytes, `m:audit_seq`), then a trail with the tree on starts on
 //! them, so the bench takes seconds, not the minutes of a million commits.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ankusa::audit::tree::verify::{self, Outcome};
-use ankusa::audit::{Row, RowResult, SystemClock, Trail, TrailOptions, ROW_FORMAT};
+use ankusa::audit::{SystemClock, Trail, TrailOptions};
 use ankusa::store::{keys, keys::meta, Cf, Store};
 use rand::Rng;
-use serde_json::{json, Map};
 
 use crate::env::env;
 
 #[path = "shared/env.rs"]
 mod env;
+#[path = "shared/rows.rs"]
+mod rows;
 
 /// Rounds of each measurement.
 const ROUNDS: usize = 3;
@@ -103,31 +104,7 @@ fn write_rows(dir: &std::path::Path, rows: u64) {
     let at = 1_700_000_000_000;
     let mut batch = rocksdb::WriteBatch::default();
     for seq in 1..=rows {
-        let mut detail = Map::new();
-        detail.insert("kind".into(), json!("http"));
-        let row = Row {
-            v: ROW_FORMAT,
-            seq,
-            at,
-            actor: "ops".into(),
-            remote_ip: Some("192.0.2.7".into()),
-            request_id: Some(format!("req-{seq:016x}")),
-            action: "source.create".into(),
-            tenant: Some("tenant-0001".into()),
-            resource: format!("sources/s{seq}"),
-            detail,
-            before_hash: None,
-            after_hash: Some(format!("{:064x}", seq * 7919)),
-            revision: Some(1),
-            result: RowResult::Ok,
-            publish: false,
-            refresh: false,
-            version: None,
-            store: None,
-            snapshot: None,
-            traceparent: None,
-            tracestate: None,
-        };
+        let row = rows::source_row(seq, at, &format!("s{seq}"));
         let value = serde_json::to_vec(&row).unwrap();
         batch.put_cf(audit, keys::row_key(seq, at), value);
         if seq % 10_000 == 0 {
