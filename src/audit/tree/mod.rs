@@ -84,9 +84,15 @@ pub fn leaf_input(key: &[u8], value: &[u8]) -> Vec<u8> {
     input
 }
 
-/// The leaf hash of the row with `key` and `value` (RFC 6962: SHA-256 of 0x00 and the input).
+/// The leaf hash of the row with `key` and `value` (RFC 6962: SHA-256 of 0x00 and the input),
+/// fed in parts to spare a copy of the row.
 pub fn leaf_hash(key: &[u8], value: &[u8]) -> Hash {
-    tlog_tiles::record_hash(&leaf_input(key, value))
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    hasher.update([0x00]);
+    hasher.update(key);
+    hasher.update(value);
+    Hash(hasher.finalize().into())
 }
 
 /// The tree as the rows so far leave it: its size and its frontier.
@@ -165,25 +171,33 @@ impl Frontier {
         tlog_tiles::tree_hash(self.size, self).expect("the frontier holds every root a tree has")
     }
 
-    /// Add the row with `key` and `value` as the next leaf; returns the nodes to store, with
-    /// their stored-hash indexes.
-    pub(crate) fn append(&mut self, key: &[u8], value: &[u8]) -> Vec<(u64, Hash)> {
-        self.append_hash(leaf_hash(key, value))
+    /// Add the row with `key` and `value` as the next leaf, handing each node it adds to
+    /// `put` (see [`Frontier::append_hash`]).
+    pub(crate) fn append(&mut self, key: &[u8], value: &[u8], put: impl FnMut(u64, Hash)) {
+        self.append_hash(leaf_hash(key, value), put);
     }
 
-    /// Add a leaf of hash `leaf`; returns the nodes to store, with their stored-hash indexes.
-    pub(crate) fn append_hash(&mut self, leaf: Hash) -> Vec<(u64, Hash)> {
+    /// Add a leaf of hash `leaf`, handing each node to store to `put` with its stored-hash
+    /// index: the leaf, then each subtree it completes, at consecutive indexes.
+    pub(crate) fn append_hash(&mut self, leaf: Hash, mut put: impl FnMut(u64, Hash)) {
         let n = self.size;
-        let hashes = tlog_tiles::stored_hashes_for_record_hash(n, leaf, self)
-            .expect("the frontier holds every node an append reads");
-        // The leaf completed `completed` subtrees, each consuming one root of the frontier.
-        let completed = hashes.len() - 1;
-        let start = tlog_tiles::stored_hash_index(0, n);
-        let top = *hashes.last().expect("an append stores at least the leaf");
-        self.nodes.truncate(self.nodes.len() - completed);
-        self.nodes.push((start + completed as u64, top));
+        let mut index = tlog_tiles::stored_hash_index(0, n);
+        let mut hash = leaf;
+        put(index, hash);
+        // Each trailing 1 bit of n completes a subtree whose left half is the frontier's
+        // last root (what tlog_tiles::stored_hashes_for_record_hash computes, without its
+        // allocations: this runs once per row on the writer thread).
+        for _ in 0..(n + 1).trailing_zeros() {
+            let (_, left) = self
+                .nodes
+                .pop()
+                .expect("the frontier holds a root for each subtree an append completes");
+            hash = tlog_tiles::node_hash(left, hash);
+            index += 1;
+            put(index, hash);
+        }
+        self.nodes.push((index, hash));
         self.size += 1;
-        (start..).zip(hashes).collect()
     }
 
     /// Put the row (`seq`, `at`, `value`) into `batch`, and its tree nodes beside it when the
@@ -211,9 +225,9 @@ impl Frontier {
         key: &[u8],
         value: &[u8],
     ) {
-        for (index, hash) in self.append(key, value) {
+        self.append(key, value, |index, hash| {
             batch.put_cf(audit, keys::tree_key(index), hash.0);
-        }
+        });
     }
 }
 

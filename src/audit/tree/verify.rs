@@ -311,15 +311,19 @@ impl Walk {
                     if let Some(v) = &leaf.checkpoint {
                         self.checkpoint_row(seq, v, &frontier)?;
                     }
-                    for (index, hash) in frontier.append_hash(leaf.hash) {
+                    let mut parted = false;
+                    frontier.append_hash(leaf.hash, |index, hash| {
                         let stored = nodes.entry().filter(|(nk, _)| *nk == keys::tree_key(index));
-                        if stored.is_none_or(|(_, nv)| nv != hash.0) {
-                            return Err((
-                                seq,
-                                format!("row {seq} is not the row the tree holds at its place"),
-                            ));
+                        parted |= stored.is_none_or(|(_, nv)| nv != hash.0);
+                        if !parted {
+                            nodes.next();
                         }
-                        nodes.next();
+                    });
+                    if parted {
+                        return Err((
+                            seq,
+                            format!("row {seq} is not the row the tree holds at its place"),
+                        ));
                     }
                     last = Some(seq);
                     let done = seq + 1 - start;
