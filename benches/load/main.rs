@@ -17,7 +17,8 @@
 //! the same machine; the table gives medians over `ANKUSA_BENCH_ROUNDS` rounds (default 3).
 //! `ANKUSA_BENCH_SECS` is the time per point (default 3); `ANKUSA_BENCH_ONLY` picks parts
 //! (`throughput,latency`; without throughput, the half rate is `ANKUSA_BENCH_HALF_RATE`,
-//! default 1,000); `ANKUSA_BENCH_REDIS_FSYNC` is the Redis `appendfsync` (default everysec).
+//! default 1,000); `ANKUSA_BENCH_REDIS_FSYNC` is the Redis `appendfsync` (default everysec);
+//! `ANKUSA_BENCH_POINT=route:64` measures one point alone, once (for a profiler).
 //! A run with a failure exits with status 1.
 
 mod changes;
@@ -59,6 +60,26 @@ fn main() {
         .thread_name(GENERATOR)
         .build()
         .expect("the load generator's runtime");
+    if let Ok(one) = std::env::var("ANKUSA_BENCH_POINT") {
+        // One point alone, once, for a profiler: `<series>:<connections>`.
+        let Some((series, n)) = one
+            .split_once(':')
+            .and_then(|(s, n)| Some((Series::parse(s)?, n.parse().ok()?)))
+        else {
+            eprintln!(
+                "ANKUSA_BENCH_POINT: expected <series>:<connections>, a series one of {}",
+                Series::names()
+            );
+            std::process::exit(2);
+        };
+        let redis = Redis::start();
+        let point = measure(&load, &redis, series, n, 1, run_for);
+        println!(
+            "{one}: {:.0}/s, p50 {:.2} ms, p99 {:.2} ms, {:.0} us CPU a change, {} failed",
+            point.rate, point.p50, point.p99, point.cpu_us, point.failures.count
+        );
+        return;
+    }
     let mut failures = Failures::default();
     let mut half_rate = env("ANKUSA_BENCH_HALF_RATE").unwrap_or(1000.0);
     if part("throughput") {

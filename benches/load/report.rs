@@ -26,6 +26,26 @@ impl Series {
         Series::RouteRedis,
     ];
 
+    /// The series a short name (`override`, `source`, `route`, `route-redis`, `raw`) names.
+    pub fn parse(name: &str) -> Option<Series> {
+        Series::ALL.into_iter().find(|s| s.short() == name)
+    }
+
+    /// Every short name, for an error.
+    pub fn names() -> String {
+        Series::ALL.map(Series::short).join(", ")
+    }
+
+    fn short(self) -> &'static str {
+        match self {
+            Series::Override => "override",
+            Series::Source => "source",
+            Series::RouteMemory => "route",
+            Series::RouteRedis => "route-redis",
+            Series::Raw => "raw",
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Series::Override => "override",
