@@ -56,6 +56,16 @@ impl Proc {
         self.child = Some(child);
     }
 
+    /// Panic with its log if it has exited (a node that could not start, say on a port another
+    /// process took between `free_port` and its bind).
+    pub fn assert_running(&mut self) {
+        let exited = self.child.as_mut().map(|c| c.try_wait());
+        if let Some(Ok(Some(status))) = exited {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            panic!("ankusa {:?} exited ({status}); its log:\n{log}", self.args);
+        }
+    }
+
     /// kill -9, and wait for it to be gone.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -162,7 +172,9 @@ retry = {{ initial = "20ms", max = "200ms", max_retry_after = "200ms" }}
         self.proc.start();
         let client = reqwest::Client::new();
         let ready = format!("{}/readyz", self.url);
+        let proc = &mut self.proc;
         let up = async || {
+            proc.assert_running();
             let r = client.get(&ready).send().await;
             r.is_ok_and(|r| r.status().is_success())
         };
