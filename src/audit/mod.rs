@@ -127,9 +127,21 @@ impl Default for TrailOptions {
     }
 }
 
-/// A handle on the audit trail. Cheap to clone; every clone talks to one writer.
+/// A handle on the audit trail. Cheap to clone (one reference count: every request handler
+/// and dual write takes one); every clone talks to one writer.
 #[derive(Clone)]
-pub struct Trail {
+pub struct Trail(Arc<Shared>);
+
+impl std::ops::Deref for Trail {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// What every clone of a [`Trail`] shares.
+pub struct Shared {
     /// Where requests go to the writer thread; closed once it stops.
     requests: mpsc::Sender<Request>,
     /// The store, for reads (only the writer writes the `audit` column family).
@@ -139,7 +151,7 @@ pub struct Trail {
     /// `m:incarnation` as of boot.
     history: History,
     /// The writer thread, taken and joined by the first `shutdown`.
-    thread: Arc<Mutex<Option<JoinHandle<()>>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
     /// What rows are stamped with and retention measured by.
     clock: Arc<dyn Clock>,
     /// Retention and ceilings (`[audit]`).
@@ -147,7 +159,7 @@ pub struct Trail {
     /// What the syncer and the retention task report, read by `Trail::stats`.
     stats: SharedStats,
     /// Dual writes: where dropped `Pending`s go, and the boot's last pending id.
-    dual: Arc<DualState>,
+    dual: DualState,
     /// `m:refresh_pending` as of boot (see [`Trail::refresh_pending`]).
     refresh_pending: Option<u64>,
     /// The Merkle tree's options.
@@ -191,19 +203,19 @@ impl Trail {
             clock.clone(),
             (dual.boot_last, history.current().base),
         )?;
-        Ok(Trail {
+        Ok(Trail(Arc::new(Shared {
             requests: running.requests,
             store,
             committed: running.committed,
             history,
-            thread: Arc::new(Mutex::new(Some(running.thread))),
+            thread: Mutex::new(Some(running.thread)),
             clock,
             limits: options.limits,
             stats: running.stats,
-            dual: Arc::new(dual),
+            dual,
             refresh_pending,
             tree: options.tree,
-        })
+        })))
     }
 
     /// Commit a change to a subject of this node's store together with its row.
