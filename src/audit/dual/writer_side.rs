@@ -3,6 +3,11 @@
 //!
 //! Settlement hands the writer the subject's present state, read by the subject's reconciler;
 //! it is hashed and compared here, because the hash key never leaves the writer.
+//!
+//! The writer keeps each pending row it begins, and its entity's bytes, until the row moves
+//! into the trail ([`Begun`]): a finish then neither reads them back nor decodes them. What is
+//! kept of a group that is not written is forgotten with it. Settlement does not use it: it
+//! comes for rows whose caller went away, whatever became of their begin, and reads the store.
 
 use serde_json::Value;
 use tokio::sync::oneshot;
@@ -54,11 +59,26 @@ pub(crate) fn begin(w: &mut Writer, g: &mut Group, at: u64, req: Begin) -> Answe
             };
         }
     }
-    let id = put_pending(w, g, value, entity);
-    Answer::Begun {
-        pending: Pending::new(id, row.resource, abandoned),
-        reply,
-    }
+    let id = put_pending(w, g, value, entity.clone());
+    let pending = Pending::new(id, row.resource.clone(), abandoned);
+    w.begun.insert(id, Begun { row, entity });
+    g.begun.push(id);
+    Answer::Begun { pending, reply }
+}
+
+/// A pending row the writer began in this run, and its entity's bytes, kept until it moves
+/// into the trail.
+pub(crate) struct Begun {
+    row: PendingRow,
+    entity: Option<Vec<u8>>,
+}
+
+/// Where a loaded pending row's entity is.
+enum Entity {
+    /// Kept since its begin (`None`: it has none).
+    Kept(Option<Vec<u8>>),
+    /// In the store (or the group), at `q`+id, if it has one.
+    Stored,
 }
 
 /// The pending row of `change`, begun at `at` (its states hashed, never stored), and the
@@ -126,12 +146,14 @@ pub(crate) fn finish(w: &mut Writer, g: &mut Group, at: u64, req: FinishReq) -> 
         };
     }
     let (how, id) = (req.how, req.id);
-    let row = move_into_trail(w, g, at, id, |w, g, p| {
+    // Only the caller that began it finishes it, after its begin was written: what the writer
+    // kept is the row as written.
+    let row = move_into_trail(w, g, at, (id, Kept::Trusted), |w, g, p, entity| {
         Ok(match how {
             Finish::Applied(stamp) => Verdict {
                 result: RowResult::Ok,
                 refresh: false,
-                entity: entity_of(w, g, id, p)?,
+                entity: entity_of(w, g, id, p, entity)?,
                 stamp: Some(stamp),
             },
             Finish::NotApplied => Verdict::unpublished(RowResult::Failed),
@@ -155,7 +177,7 @@ pub(crate) fn settle(w: &mut Writer, g: &mut Group, at: u64, req: SettleReq) -> 
         presence,
         reply,
     } = req;
-    let row = move_into_trail(w, g, at, id, |w, g, p| {
+    let row = move_into_trail(w, g, at, (id, Kept::Ignored), |w, g, p, entity| {
         Ok(match presence {
             Presence::Read(Reading { present, stamp }) => {
                 let hash = w.hasher.hash(present.as_ref().map(|p| &p.state));
@@ -163,7 +185,7 @@ pub(crate) fn settle(w: &mut Writer, g: &mut Group, at: u64, req: SettleReq) -> 
                     Verdict {
                         result: RowResult::Ok,
                         refresh: false,
-                        entity: entity_of(w, g, id, p)?,
+                        entity: entity_of(w, g, id, p, entity)?,
                         stamp,
                     }
                 } else if hash == p.before_hash {
@@ -172,7 +194,7 @@ pub(crate) fn settle(w: &mut Writer, g: &mut Group, at: u64, req: SettleReq) -> 
                     Verdict {
                         result: RowResult::Interrupted,
                         refresh: true,
-                        entity: Some(present.map_or(Value::Null, |p| p.view)),
+                        entity: Some(encode(&present.map_or(Value::Null, |p| p.view))),
                         stamp,
                     }
                 }
@@ -190,8 +212,8 @@ struct Verdict {
     result: RowResult,
     /// Flagged for a state refresh: the entity is the present state, not the change's.
     refresh: bool,
-    /// The entity its event carries (`None`: no event).
-    entity: Option<Value>,
+    /// The encoded entity its event carries (`None`: no event).
+    entity: Option<Vec<u8>>,
     /// The subject's version the event carries.
     stamp: Option<Stamp>,
 }
@@ -208,46 +230,64 @@ impl Verdict {
     }
 }
 
+/// Whether a move into the trail may use what the writer kept of the pending row.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kept {
+    Trusted,
+    Ignored,
+}
+
 /// Pending row `id`, if it is still there, moved into the trail as `decide` says it went.
 fn move_into_trail(
     w: &mut Writer,
     g: &mut Group,
     at: u64,
-    id: u64,
-    decide: impl FnOnce(&Writer, &Group, &mut PendingRow) -> Result<Verdict, StoreError>,
+    (id, kept): (u64, Kept),
+    decide: impl FnOnce(&Writer, &Group, &mut PendingRow, Entity) -> Result<Verdict, StoreError>,
 ) -> Result<Option<Box<Row>>, StoreError> {
-    let Some(mut p) = load(w, g, id)? else {
+    let Some((mut p, entity)) = load(w, g, id, kept)? else {
         return Ok(None);
     };
-    let verdict = decide(w, g, &mut p)?;
+    let verdict = decide(w, g, &mut p, entity)?;
     Ok(Some(into_trail(w, g, at, id, p, verdict)))
 }
 
-/// The redacted entity of pending row `id`: at `q`+id as the group sees it, or in the row
-/// itself when an earlier version wrote it there.
+/// The encoded redacted entity of pending row `id`: kept since its begin, at `q`+id as the
+/// group sees it, or in the row itself when an earlier version wrote it there.
 fn entity_of(
     w: &Writer,
     g: &Group,
     id: u64,
     p: &mut PendingRow,
-) -> Result<Option<Value>, StoreError> {
+    entity: Entity,
+) -> Result<Option<Vec<u8>>, StoreError> {
     if let Some(entity) = p.entity.take() {
-        return Ok(Some(entity));
+        return Ok(Some(encode(&entity)));
+    }
+    if let Entity::Kept(entity) = entity {
+        return Ok(entity);
     }
     let key = keys::pending_entity_key(id);
     let Some(bytes) = Tx::new(&w.store, &g.overlay, &w.unsynced).get(Cf::Audit, &key)? else {
         return Ok(None);
     };
-    serde_json::from_slice(&bytes)
-        .map(Some)
-        .map_err(|e| StoreError::Corrupt {
+    // Published as stored; it must at least be JSON.
+    match serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
+        Ok(_) => Ok(Some(bytes)),
+        Err(e) => Err(StoreError::Corrupt {
             what: format!("pending entity {}", hex::encode(key)),
             detail: e.to_string(),
-        })
+        }),
+    }
+}
+
+fn encode(entity: &Value) -> Vec<u8> {
+    serde_json::to_vec(entity).expect("an entity always serializes")
 }
 
 /// Delete pending row `id` and its entity in the group's batch.
-fn remove(w: &Writer, g: &mut Group, id: u64) {
+fn remove(w: &mut Writer, g: &mut Group, id: u64) {
+    w.begun.remove(&id);
     let audit = w.store.cf(Cf::Audit);
     for key in [keys::pending_key(id), keys::pending_entity_key(id)] {
         g.batch.delete_cf(audit, key);
@@ -256,12 +296,20 @@ fn remove(w: &Writer, g: &mut Group, id: u64) {
 }
 
 /// Pending row `id` as the group sees it (a begin or a settlement earlier in the group
-/// included).
-fn load(w: &Writer, g: &Group, id: u64) -> Result<Option<PendingRow>, StoreError> {
+/// included): as the writer kept it when `kept` trusts that, else read back.
+fn load(
+    w: &mut Writer,
+    g: &Group,
+    id: u64,
+    kept: Kept,
+) -> Result<Option<(PendingRow, Entity)>, StoreError> {
+    if let (Some(begun), Kept::Trusted) = (w.begun.remove(&id), kept) {
+        return Ok(Some((begun.row, Entity::Kept(begun.entity))));
+    }
     let key = keys::pending_key(id);
     match Tx::new(&w.store, &g.overlay, &w.unsynced).get(Cf::Audit, &key)? {
         None => Ok(None),
-        Some(value) => decode_pending(&key, &value).map(Some),
+        Some(value) => decode_pending(&key, &value).map(|row| Some((row, Entity::Stored))),
     }
 }
 
@@ -288,9 +336,7 @@ fn into_trail(
         (row.version, row.store) = (Some(stamp.version), stamp.store);
     }
     let value = serde_json::to_vec(&row).expect("a row always serializes");
-    let entity = entity
-        .filter(|_| publish)
-        .map(|e| serde_json::to_vec(&e).expect("an entity always serializes"));
+    let entity = entity.filter(|_| publish);
     let bytes = (keys::ROW_KEY_LEN
         + value.len()
         + entity.as_ref().map_or(0, |e| keys::SEQ_KEY_LEN + e.len())) as u64;

@@ -46,6 +46,9 @@ pub(crate) struct Group {
     pub(crate) tree: Option<Frontier>,
     /// The seq of the last checkpoint row as the group leaves it.
     pub(crate) checkpointed: u64,
+    /// The pending ids it begins: the writer forgets what it kept of them if the group is
+    /// not written.
+    pub(crate) begun: Vec<u64>,
 }
 
 impl Group {
@@ -71,7 +74,21 @@ pub(super) struct Preparing {
     checkpoint: Vec<oneshot::Sender<Result<Option<u64>, StoreError>>>,
 }
 
+impl Preparing {
+    /// The pending ids the group begins, taken out of it.
+    pub(super) fn take_begun(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.g.begun)
+    }
+}
+
 impl Writer {
+    /// Forget what was kept of the pending rows `begun` in a group that is not written.
+    pub(super) fn forget_begun(&mut self, begun: &[u64]) {
+        for id in begun {
+            self.begun.remove(id);
+        }
+    }
+
     /// The next group: it starts from the counters the last group handed over leaves, at a
     /// commit time never before the last row's.
     pub(super) fn next_group(&self, pipe: &Pipe) -> Preparing {
@@ -86,6 +103,7 @@ impl Writer {
                 refused: 0,
                 tree: self.counters.tree.clone(),
                 checkpointed: self.counters.checkpointed,
+                begun: Vec::new(),
             },
             taken: Vec::new(),
             at: self.clock.now_ms().max(self.counters.last_at),

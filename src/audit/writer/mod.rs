@@ -40,7 +40,7 @@ pub(crate) use checkpoint::Signing;
 pub(crate) use group::Group;
 pub(crate) use request::{Advance, CommitJob, Request, Sweep};
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -48,6 +48,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::audit::bounds::limits::{Limits, SharedStats};
 use crate::audit::bounds::prune::Head;
+use crate::audit::dual::writer_side::Begun;
 use crate::audit::hash::SubjectHasher;
 use crate::audit::{Clock, TrailOptions};
 use crate::store::{Store, StoreError};
@@ -85,6 +86,8 @@ pub(crate) struct Writer {
     pub unsynced: VecDeque<Overlay>,
     /// What checkpoints are signed with (`None`: the tree is off).
     pub signing: Option<Signing>,
+    /// The pending rows begun in this run and not yet moved into the trail, by id.
+    pub begun: HashMap<u64, Begun>,
 }
 
 /// A started writer: what the trail keeps of it.
@@ -127,6 +130,7 @@ pub(crate) fn start(
         last_pending_id,
         unsynced: Default::default(),
         signing,
+        begun: HashMap::new(),
     };
     let syncer = Syncer {
         store: store.clone(),

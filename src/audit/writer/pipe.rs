@@ -45,6 +45,8 @@ pub(super) struct HandedOver {
     counters: Counters,
     /// Whether it deletes rows from the head of the trail.
     prunes: bool,
+    /// The pending ids it begins.
+    begun: Vec<u64>,
 }
 
 /// Start the writer and syncer threads.
@@ -86,17 +88,19 @@ impl Writer {
     /// nothing to prepare meanwhile, so a thread hop would only add latency; a larger group
     /// written here would hold up the preparing of the requests that arrive meanwhile).
     /// `false`: the syncer is gone.
-    pub(super) fn submit(&mut self, pipe: &mut Pipe, o: Preparing) -> bool {
+    pub(super) fn submit(&mut self, pipe: &mut Pipe, mut o: Preparing) -> bool {
         // Every group passes here on the writer thread, however it is written.
         fail::fail_point!("audit::submit");
         let here = o.taken.len() <= INLINE_MAX
             && pipe.handed_over.is_empty()
             && self.rx.is_empty()
             && inline_allowed();
+        let begun = o.take_begun();
         let prepared = self.close(o);
         pipe.handed_over.push_back(HandedOver {
             counters: prepared.counters.clone(),
             prunes: self.head.staged() > 0,
+            begun,
         });
         self.head.handed_over();
         if here {
@@ -115,7 +119,8 @@ impl Writer {
     }
 
     /// Answer a group that will not be written because a batch before it failed.
-    pub(super) fn abandon(&mut self, o: Preparing) {
+    pub(super) fn abandon(&mut self, mut o: Preparing) {
+        self.forget_begun(&o.take_begun());
         self.head.unwritten();
         sync::complete(o.taken, Err(sync::abandoned()), true);
     }
@@ -158,6 +163,7 @@ impl Writer {
             }
             BatchResult::Unwritten => {
                 pipe.failed = true;
+                self.forget_begun(&group.begun);
                 if group.prunes {
                     self.head.unwritten();
                 }

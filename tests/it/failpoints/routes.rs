@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ankusa::audit::RowResult;
+use ankusa::audit::{CommitError, RowResult};
 use ankusa::subjects::remote::memory::MemoryStore;
 use ankusa::subjects::routes::{Route, RouteStore};
 use reqwest::{Method, StatusCode};
@@ -13,10 +13,11 @@ use serde_json::json;
 use crate::routes::api::ROUTES;
 use crate::routes::settle::stopped_with_pending_on;
 use crate::routes::sources_redis::{on_redis, SOURCES};
+use crate::routes::{entity, new_route};
 use crate::routes::{route_rows, settling, wait_settled};
 use crate::support::node::*;
 use crate::support::redis::RedisServer;
-use crate::support::trail::open_trail;
+use crate::support::trail::{all_rows, ctx, open_trail};
 
 /// A route store that does not answer the write: 503, and the pending row is settled by
 /// reading the route back (here: never written, so `failed`) while the node runs.
@@ -94,6 +95,61 @@ async fn a_settlement_the_store_refused_is_tried_again() {
     assert_eq!(rows.len(), 2, "{rows:?}");
     assert_eq!(rows[1].result, RowResult::Ok);
     assert!(rows[1].publish && !rows[1].refresh);
+    settling.stop().await;
+    trail.shutdown().await;
+    scenario.teardown();
+}
+
+/// The writer keeps each pending row it begins for its finish. A begin whose batch was not
+/// written leaves nothing; a change whose finish was not written is settled from the store,
+/// once, with the entity it was begun with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unwritten_begins_leave_nothing_and_unwritten_finishes_settle_from_the_store() {
+    let scenario = fail::FailScenario::setup();
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<RouteStore> = Arc::new(MemoryStore::<Route>::default());
+    let trail = open_trail(dir.path(), true);
+    let settling = settling(
+        &trail,
+        store,
+        Duration::from_millis(100),
+        Duration::from_secs(10),
+    );
+    let create = |id: &str, destination: &str| {
+        settling
+            .routes
+            .create(ctx("alice"), "t1".into(), new_route(id, destination))
+    };
+    fail::cfg("audit::write", "return").unwrap();
+    let refused = create("r1", "https://example.test/a").await;
+    fail::remove("audit::write");
+    assert!(
+        matches!(refused, Err(CommitError::StoreUnavailable)),
+        "{refused:?}"
+    );
+    // The begin's batch is written, its finish's is not, settlement's is.
+    fail::cfg("audit::write", "1*off->1*return->off").unwrap();
+    let created = create("r2", "https://example.test/b").await.unwrap();
+    assert_eq!(created.seq, None, "its row is settlement's");
+    wait_settled(trail.store(), Duration::from_secs(10)).await;
+    // Settlement of the begin not written found nothing to settle.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    fail::remove("audit::write");
+    let rows = all_rows(trail.store());
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(
+        (rows[0].seq, rows[0].resource.as_str(), rows[0].result),
+        (1, "routes/r2", RowResult::Ok)
+    );
+    assert!(rows[0].publish && !rows[0].refresh);
+    let published = entity(trail.store(), 1).expect("row 1's entity");
+    assert_eq!(
+        (&published["id"], &published["destination"]),
+        (&json!("r2"), &json!("https://example.test/b"))
+    );
+    let again = create("r1", "https://example.test/a").await.unwrap();
+    assert_eq!(again.seq, Some(2));
+    assert_eq!(route_rows(trail.store(), "r1").len(), 1);
     settling.stop().await;
     trail.shutdown().await;
     scenario.teardown();
