@@ -5,13 +5,17 @@
 //!   writer thread, hashing, one synced batch per group);
 //! - raw: the same number of OS threads each writing a `WriteBatch` of the same bytes (the
 //!   subject value, a row of the same size and the meta counters) with `sync = true`;
-//! - ours without the Merkle tree (`audit.tree = false`): what the tree costs (on/off).
+//! - ours without the Merkle tree (`audit.tree = false`): what the tree costs (on/off), in
+//!   commits/s and in the process's CPU per commit (`cpu off/on`: the CPU a commit takes
+//!   without the tree over with it). Where the commits are CPU-bound (64 committers on 2
+//!   cores) the rate follows the CPU, and the CPU moves far less from round to round.
 //!
 //! Synced writes on a shared machine vary a lot from second to second, so each concurrency
 //! runs [`ROUNDS`] rounds of ours and raw back to back; it prints every round, the median of
 //! ours and of raw and their ratio, and ours at 64 over ours at 1 (medians).
 //! `ANKUSA_BENCH_SECS` sets the time per measurement (default 2); `ANKUSA_BENCH_OURS_ONLY=N`
-//! measures only ours at N committers, once (for a profiler). `ANKUSA_BENCH_MAX_ROWS=N` sets
+//! measures only ours at N committers, once (for a profiler; `ANKUSA_BENCH_TREE=off` without
+//! the tree). `ANKUSA_BENCH_MAX_ROWS=N` sets
 //! `audit.max_rows`: with a small N (10000) the trail reaches it within the first round, and
 //! from then on every change prunes the oldest row in its own batch (ours at a ceiling).
 
@@ -26,6 +30,8 @@ use ankusa::audit::{
 use ankusa::store::Cf;
 use serde_json::json;
 
+#[path = "shared/cpu.rs"]
+mod cpu;
 #[path = "shared/env.rs"]
 mod env;
 #[path = "shared/raw.rs"]
@@ -40,43 +46,69 @@ fn main() {
     println!("commit throughput, synced writes, {ROUNDS} rounds of {secs} s per measurement");
     if let Some(n) = env("ANKUSA_BENCH_OURS_ONLY") {
         // One measurement of ours alone, for a profiler.
+        let tree = env::<String>("ANKUSA_BENCH_TREE").as_deref() != Some("off");
+        let ours = bench_ours(n, run_for, tree);
         println!(
-            "{n:>11} committers: ours {:.0}/s",
-            bench_ours(n, run_for, true)
+            "{n:>11} committers: ours {:.0}/s, {:.1} us CPU a commit",
+            ours.rate, ours.cpu_us
         );
         return;
     }
     println!(
-        "{:>11} {:>14} {:>14} {:>9} {:>14} {:>9}",
-        "committers", "ours/s", "raw/s", "ours/raw", "tree off/s", "on/off"
+        "{:>11} {:>14} {:>14} {:>9} {:>14} {:>9} {:>8} {:>8} {:>11}",
+        "committers",
+        "ours/s",
+        "raw/s",
+        "ours/raw",
+        "tree off/s",
+        "on/off",
+        "cpu us",
+        "off us",
+        "cpu off/on"
     );
     let mut ours_at = vec![];
     for n in [1usize, 8, 64] {
         let mut ours = Vec::with_capacity(ROUNDS);
         let mut raw = Vec::with_capacity(ROUNDS);
         let mut off = Vec::with_capacity(ROUNDS);
-        for round in 1..=ROUNDS {
-            ours.push(bench_ours(n, run_for, true));
-            raw.push(bench_raw(n, run_for));
-            off.push(bench_ours(n, run_for, false));
-            let (o, r, f) = (ours[round - 1], raw[round - 1], off[round - 1]);
-            println!(
-                "{n:>11} {o:>14.0} {r:>14.0} {:>9.2} {f:>14.0} {:>9.2}   round {round}",
-                o / r,
-                o / f
-            );
+        let (mut cpu_on, mut cpu_off) = (Vec::with_capacity(ROUNDS), Vec::with_capacity(ROUNDS));
+        for _ in 1..=ROUNDS {
+            let (on, f) = (bench_ours(n, run_for, true), bench_raw(n, run_for));
+            let tree_off = bench_ours(n, run_for, false);
+            ours.push(on.rate);
+            raw.push(f);
+            off.push(tree_off.rate);
+            cpu_on.push(on.cpu_us);
+            cpu_off.push(tree_off.cpu_us);
+            let round = ours.len();
+            print_row(n, (on, f, tree_off), &format!("round {round}"));
         }
-        let (ours, raw, off) = (median(ours), median(raw), median(off));
-        println!(
-            "{n:>11} {ours:>14.0} {raw:>14.0} {:>9.2} {off:>14.0} {:>9.2}   median",
-            ours / raw,
-            ours / off
-        );
-        ours_at.push(ours);
+        let median_of = |rate: Vec<f64>, cpu: Vec<f64>| Ours {
+            rate: median(rate),
+            cpu_us: median(cpu),
+        };
+        let (on, off) = (median_of(ours, cpu_on), median_of(off, cpu_off));
+        let raw = median(raw);
+        print_row(n, (on, raw, off), "median");
+        ours_at.push(on.rate);
     }
     println!(
         "group commit: ours at 64 / ours at 1 = {:.1}x (medians)",
         ours_at[2] / ours_at[0]
+    );
+}
+
+/// One line of the table: ours, raw and ours without the tree at `n` committers.
+fn print_row(n: usize, (on, raw, off): (Ours, f64, Ours), what: &str) {
+    println!(
+        "{n:>11} {:>14.0} {raw:>14.0} {:>9.2} {:>14.0} {:>9.2} {:>8.1} {:>8.1} {:>11.2}   {what}",
+        on.rate,
+        on.rate / raw,
+        off.rate,
+        on.rate / off.rate,
+        on.cpu_us,
+        off.cpu_us,
+        off.cpu_us / on.cpu_us
     );
 }
 
@@ -94,7 +126,14 @@ fn subject(key: &str) -> serde_json::Value {
     })
 }
 
-fn bench_ours(committers: usize, run_for: Duration, tree: bool) -> f64 {
+/// One measurement of ours: commits/s and the process's CPU per commit.
+#[derive(Clone, Copy)]
+struct Ours {
+    rate: f64,
+    cpu_us: f64,
+}
+
+fn bench_ours(committers: usize, run_for: Duration, tree: bool) -> Ours {
     let dir = tempfile::tempdir().unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -141,16 +180,22 @@ fn bench_ours(committers: usize, run_for: Duration, tree: bool) -> f64 {
                 }
             }));
         }
-        let started = Instant::now();
+        let (started, cpu) = (Instant::now(), cpu::Cpu::now(None));
         tokio::time::sleep(run_for).await;
         let done = count.load(Ordering::Relaxed);
         let elapsed = started.elapsed();
+        let cpu_us = cpu::Cpu::now(None).map_or(f64::NAN, |c| {
+            c.per_change_since(cpu, usize::try_from(done).unwrap_or(usize::MAX))
+        });
         stop.store(true, Ordering::Relaxed);
         for t in tasks {
             t.await.unwrap();
         }
         trail.shutdown().await;
-        done as f64 / elapsed.as_secs_f64()
+        Ours {
+            rate: done as f64 / elapsed.as_secs_f64(),
+            cpu_us,
+        }
     })
 }
 

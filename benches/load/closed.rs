@@ -49,7 +49,7 @@ pub fn measure(
         }
         start.wait().await;
         let began = Instant::now();
-        let cpu = Cpu::now(GENERATOR);
+        let cpu = Cpu::now(Some(GENERATOR));
         let mut latencies = Vec::new();
         let mut failures = Failures::default();
         for t in tasks {
@@ -59,7 +59,12 @@ pub fn measure(
         }
         // The changes begun before the deadline, over the time they all took to answer.
         let elapsed = began.elapsed();
-        Point::of(latencies, elapsed, (cpu, Cpu::now(GENERATOR)), failures)
+        Point::of(
+            latencies,
+            elapsed,
+            (cpu, Cpu::now(Some(GENERATOR))),
+            failures,
+        )
     })
 }
 

@@ -23,6 +23,7 @@
 
 mod changes;
 mod closed;
+#[path = "../shared/cpu.rs"]
 mod cpu;
 #[path = "../shared/env.rs"]
 mod env;
@@ -148,7 +149,7 @@ fn measure(
 fn raw_point(n: usize, run_for: Duration) -> Point {
     let value = vec![b's'; 300];
     let (row, entity) = (vec![b'r'; 430], vec![b'e'; 70]);
-    let before = cpu::Cpu::now(GENERATOR);
+    let before = cpu::Cpu::now(Some(GENERATOR));
     let raw = raw::synced_batches(n, run_for, move |t, i, b| {
         b.put(format!("s/t{t}-{i}"), &value);
         b.put(format!("a/t{t}-{i}"), &row);
@@ -156,7 +157,7 @@ fn raw_point(n: usize, run_for: Duration) -> Point {
         b.put(b"m:audit_seq", i.to_be_bytes());
         b.put(b"m:audit_usage", br#"{"rows":1,"bytes":1,"seq":1}"#);
     });
-    let cpu_us = cpu::Cpu::now(GENERATOR).map_or(f64::NAN, |c| {
+    let cpu_us = cpu::Cpu::now(Some(GENERATOR)).map_or(f64::NAN, |c| {
         c.per_change_since(before, raw.latencies.len())
     });
     Point {

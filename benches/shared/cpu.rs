@@ -1,7 +1,7 @@
-//! CPU time of this process, and of the load generator's threads in it, from Linux's
-//! `/proc`: what the node spent per change, apart from the generator that shares the two
-//! cores with it. On a busy machine the rates swing with the neighbours; CPU per change
-//! is the steadier figure.
+//! CPU time of this process, and of a load generator's threads in it, from Linux's `/proc`:
+//! what the node spent per change, apart from a generator that shares the two cores with it.
+//! On a busy machine the rates swing with the neighbours and the disk; CPU per change is the
+//! steadier figure.
 
 use std::time::Duration;
 
@@ -9,7 +9,8 @@ use std::time::Duration;
 const TICK: Duration = Duration::from_millis(10);
 
 /// The process's CPU time (every thread, exited ones too) and that of the threads whose
-/// name starts with `prefix` (the load generator's runtime names its threads so).
+/// name starts with the generator's prefix (the load generator's runtime names its threads
+/// so).
 #[derive(Clone, Copy)]
 pub struct Cpu {
     process: u64,
@@ -17,9 +18,16 @@ pub struct Cpu {
 }
 
 impl Cpu {
-    /// Now, or `None` where there is no `/proc`.
-    pub fn now(prefix: &str) -> Option<Cpu> {
+    /// Now, or `None` where there is no `/proc`; `generator`: the name prefix of the threads
+    /// not to count (`None`: count every thread).
+    pub fn now(generator: Option<&str>) -> Option<Cpu> {
         let process = ticks(&std::fs::read_to_string("/proc/self/stat").ok()?)?;
+        let Some(prefix) = generator else {
+            return Some(Cpu {
+                process,
+                generator: 0,
+            });
+        };
         let mut generator = 0;
         for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
             let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
