@@ -68,27 +68,17 @@ fn main() {
     );
     let mut ours_at = vec![];
     for n in [1usize, 8, 64] {
-        let mut ours = Vec::with_capacity(ROUNDS);
-        let mut raw = Vec::with_capacity(ROUNDS);
-        let mut off = Vec::with_capacity(ROUNDS);
-        let (mut cpu_on, mut cpu_off) = (Vec::with_capacity(ROUNDS), Vec::with_capacity(ROUNDS));
-        for _ in 1..=ROUNDS {
-            let (on, f) = (bench_ours(n, run_for, true), bench_raw(n, run_for));
-            let tree_off = bench_ours(n, run_for, false);
-            ours.push(on.rate);
-            raw.push(f);
-            off.push(tree_off.rate);
-            cpu_on.push(on.cpu_us);
-            cpu_off.push(tree_off.cpu_us);
-            let round = ours.len();
-            print_row(n, (on, f, tree_off), &format!("round {round}"));
+        let mut rounds = Vec::with_capacity(ROUNDS);
+        for round in 1..=ROUNDS {
+            let on = bench_ours(n, run_for, true);
+            let raw = bench_raw(n, run_for);
+            let off = bench_ours(n, run_for, false);
+            print_row(n, (on, raw, off), &format!("round {round}"));
+            rounds.push((on, raw, off));
         }
-        let median_of = |rate: Vec<f64>, cpu: Vec<f64>| Ours {
-            rate: median(rate),
-            cpu_us: median(cpu),
-        };
-        let (on, off) = (median_of(ours, cpu_on), median_of(off, cpu_off));
-        let raw = median(raw);
+        let on = Ours::median(rounds.iter().map(|r| r.0));
+        let raw = median(rounds.iter().map(|r| r.1).collect());
+        let off = Ours::median(rounds.iter().map(|r| r.2));
         print_row(n, (on, raw, off), "median");
         ours_at.push(on.rate);
     }
@@ -131,6 +121,16 @@ fn subject(key: &str) -> serde_json::Value {
 struct Ours {
     rate: f64,
     cpu_us: f64,
+}
+
+impl Ours {
+    /// The median rate and the median CPU of `rounds` (each apart).
+    fn median(rounds: impl Iterator<Item = Ours> + Clone) -> Ours {
+        Ours {
+            rate: median(rounds.clone().map(|o| o.rate).collect()),
+            cpu_us: median(rounds.map(|o| o.cpu_us).collect()),
+        }
+    }
 }
 
 fn bench_ours(committers: usize, run_for: Duration, tree: bool) -> Ours {
@@ -185,7 +185,7 @@ fn bench_ours(committers: usize, run_for: Duration, tree: bool) -> Ours {
         let done = count.load(Ordering::Relaxed);
         let elapsed = started.elapsed();
         let cpu_us = cpu::Cpu::now(None).map_or(f64::NAN, |c| {
-            c.per_change_since(cpu, usize::try_from(done).unwrap_or(usize::MAX))
+            c.per_change_since(cpu, done as usize)
         });
         stop.store(true, Ordering::Relaxed);
         for t in tasks {

@@ -5,9 +5,9 @@
 //! it is hashed and compared here, because the hash key never leaves the writer.
 //!
 //! The writer keeps each pending row it begins, and its entity's bytes, until the row moves
-//! into the trail ([`Begun`]): a finish then neither reads them back nor decodes them. What is
-//! kept of a group that is not written is forgotten with it. Settlement does not use it: it
-//! comes for rows whose caller went away, whatever became of their begin, and reads the store.
+//! into the trail ([`Begun`]): a finish or settlement then neither reads them back nor decodes
+//! them. What is kept of a group that is not written is forgotten with it, so what is kept is
+//! always the row as written; a row begun by an earlier run is read from the store.
 
 use serde_json::Value;
 use tokio::sync::oneshot;
@@ -66,19 +66,21 @@ pub(crate) fn begin(w: &mut Writer, g: &mut Group, at: u64, req: Begin) -> Answe
     Answer::Begun { pending, reply }
 }
 
-/// A pending row the writer began in this run, and its entity's bytes, kept until it moves
-/// into the trail.
+/// A pending row and its entity's bytes (`q`+id), as written.
 pub(crate) struct Begun {
     row: PendingRow,
     entity: Option<Vec<u8>>,
 }
 
-/// Where a loaded pending row's entity is.
-enum Entity {
-    /// Kept since its begin (`None`: it has none).
-    Kept(Option<Vec<u8>>),
-    /// In the store (or the group), at `q`+id, if it has one.
-    Stored,
+impl Begun {
+    /// The encoded redacted entity its event is to carry: beside the row, or in the row itself
+    /// when an earlier version wrote it there.
+    fn entity(&mut self) -> Option<Vec<u8>> {
+        match self.row.entity.take() {
+            Some(inside) => Some(encode(&inside)),
+            None => self.entity.take(),
+        }
+    }
 }
 
 /// The pending row of `change`, begun at `at` (its states hashed, never stored), and the
@@ -145,20 +147,16 @@ pub(crate) fn finish(w: &mut Writer, g: &mut Group, at: u64, req: FinishReq) -> 
             reply: req.reply,
         };
     }
-    let (how, id) = (req.how, req.id);
-    // Only the caller that began it finishes it, after its begin was written: what the writer
-    // kept is the row as written.
-    let row = move_into_trail(w, g, at, (id, Kept::Trusted), |w, g, p, entity| {
-        Ok(match how {
-            Finish::Applied(stamp) => Verdict {
-                result: RowResult::Ok,
-                refresh: false,
-                entity: entity_of(w, g, id, p, entity)?,
-                stamp: Some(stamp),
-            },
-            Finish::NotApplied => Verdict::unpublished(RowResult::Failed),
-            Finish::Unknown | Finish::Refused => Verdict::unpublished(RowResult::Interrupted),
-        })
+    let how = req.how;
+    let row = move_into_trail(w, g, at, req.id, |_, p| match how {
+        Finish::Applied(stamp) => Verdict {
+            result: RowResult::Ok,
+            refresh: false,
+            entity: p.entity(),
+            stamp: Some(stamp),
+        },
+        Finish::NotApplied => Verdict::unpublished(RowResult::Failed),
+        Finish::Unknown | Finish::Refused => Verdict::unpublished(RowResult::Interrupted),
     });
     Answer::Settled {
         row,
@@ -177,32 +175,30 @@ pub(crate) fn settle(w: &mut Writer, g: &mut Group, at: u64, req: SettleReq) -> 
         presence,
         reply,
     } = req;
-    let row = move_into_trail(w, g, at, (id, Kept::Ignored), |w, g, p, entity| {
-        Ok(match presence {
-            Presence::Read(Reading { present, stamp }) => {
-                let hash = w.hasher.hash(present.as_ref().map(|p| &p.state));
-                if hash == p.after_hash {
-                    Verdict {
-                        result: RowResult::Ok,
-                        refresh: false,
-                        entity: entity_of(w, g, id, p, entity)?,
-                        stamp,
-                    }
-                } else if hash == p.before_hash {
-                    Verdict::unpublished(RowResult::Failed)
-                } else {
-                    Verdict {
-                        result: RowResult::Interrupted,
-                        refresh: true,
-                        entity: Some(encode(&present.map_or(Value::Null, |p| p.view))),
-                        stamp,
-                    }
+    let row = move_into_trail(w, g, at, id, |w, p| match presence {
+        Presence::Read(Reading { present, stamp }) => {
+            let hash = w.hasher.hash(present.as_ref().map(|p| &p.state));
+            if hash == p.row.after_hash {
+                Verdict {
+                    result: RowResult::Ok,
+                    refresh: false,
+                    entity: p.entity(),
+                    stamp,
+                }
+            } else if hash == p.row.before_hash {
+                Verdict::unpublished(RowResult::Failed)
+            } else {
+                Verdict {
+                    result: RowResult::Interrupted,
+                    refresh: true,
+                    entity: Some(encode(&present.map_or(Value::Null, |p| p.view))),
+                    stamp,
                 }
             }
-            Presence::Unreadable | Presence::Unreconciled => {
-                Verdict::unpublished(RowResult::Interrupted)
-            }
-        })
+        }
+        Presence::Unreadable | Presence::Unreconciled => {
+            Verdict::unpublished(RowResult::Interrupted)
+        }
     });
     Answer::Settled { row, reply }
 }
@@ -230,55 +226,19 @@ impl Verdict {
     }
 }
 
-/// Whether a move into the trail may use what the writer kept of the pending row.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kept {
-    Trusted,
-    Ignored,
-}
-
 /// Pending row `id`, if it is still there, moved into the trail as `decide` says it went.
 fn move_into_trail(
     w: &mut Writer,
     g: &mut Group,
     at: u64,
-    (id, kept): (u64, Kept),
-    decide: impl FnOnce(&Writer, &Group, &mut PendingRow, Entity) -> Result<Verdict, StoreError>,
-) -> Result<Option<Box<Row>>, StoreError> {
-    let Some((mut p, entity)) = load(w, g, id, kept)? else {
-        return Ok(None);
-    };
-    let verdict = decide(w, g, &mut p, entity)?;
-    Ok(Some(into_trail(w, g, at, id, p, verdict)))
-}
-
-/// The encoded redacted entity of pending row `id`: kept since its begin, at `q`+id as the
-/// group sees it, or in the row itself when an earlier version wrote it there.
-fn entity_of(
-    w: &Writer,
-    g: &Group,
     id: u64,
-    p: &mut PendingRow,
-    entity: Entity,
-) -> Result<Option<Vec<u8>>, StoreError> {
-    if let Some(entity) = p.entity.take() {
-        return Ok(Some(encode(&entity)));
-    }
-    if let Entity::Kept(entity) = entity {
-        return Ok(entity);
-    }
-    let key = keys::pending_entity_key(id);
-    let Some(bytes) = Tx::new(&w.store, &g.overlay, &w.unsynced).get(Cf::Audit, &key)? else {
+    decide: impl FnOnce(&Writer, &mut Begun) -> Verdict,
+) -> Result<Option<Box<Row>>, StoreError> {
+    let Some(mut p) = load(w, g, id)? else {
         return Ok(None);
     };
-    // Published as stored; it must at least be JSON.
-    match serde_json::from_slice::<serde::de::IgnoredAny>(&bytes) {
-        Ok(_) => Ok(Some(bytes)),
-        Err(e) => Err(StoreError::Corrupt {
-            what: format!("pending entity {}", hex::encode(key)),
-            detail: e.to_string(),
-        }),
-    }
+    let verdict = decide(w, &mut p);
+    Ok(Some(into_trail(w, g, at, id, p.row, verdict)))
 }
 
 fn encode(entity: &Value) -> Vec<u8> {
@@ -295,22 +255,30 @@ fn remove(w: &mut Writer, g: &mut Group, id: u64) {
     }
 }
 
-/// Pending row `id` as the group sees it (a begin or a settlement earlier in the group
-/// included): as the writer kept it when `kept` trusts that, else read back.
-fn load(
-    w: &mut Writer,
-    g: &Group,
-    id: u64,
-    kept: Kept,
-) -> Result<Option<(PendingRow, Entity)>, StoreError> {
-    if let (Some(begun), Kept::Trusted) = (w.begun.remove(&id), kept) {
-        return Ok(Some((begun.row, Entity::Kept(begun.entity))));
+/// Pending row `id` and its entity: as the writer kept them since its begin in this run, else
+/// as the group sees them (a settlement earlier in the group included).
+fn load(w: &mut Writer, g: &Group, id: u64) -> Result<Option<Begun>, StoreError> {
+    if let Some(begun) = w.begun.remove(&id) {
+        return Ok(Some(begun));
     }
+    let tx = Tx::new(&w.store, &g.overlay, &w.unsynced);
     let key = keys::pending_key(id);
-    match Tx::new(&w.store, &g.overlay, &w.unsynced).get(Cf::Audit, &key)? {
-        None => Ok(None),
-        Some(value) => decode_pending(&key, &value).map(|row| Some((row, Entity::Stored))),
+    let Some(value) = tx.get(Cf::Audit, &key)? else {
+        return Ok(None);
+    };
+    let row = decode_pending(&key, &value)?;
+    let key = keys::pending_entity_key(id);
+    let entity = tx.get(Cf::Audit, &key)?;
+    if let Some(bytes) = &entity {
+        // Published as stored; it must at least be JSON.
+        serde_json::from_slice::<serde::de::IgnoredAny>(bytes).map_err(|e| {
+            StoreError::Corrupt {
+                what: format!("pending entity {}", hex::encode(key)),
+                detail: e.to_string(),
+            }
+        })?;
     }
+    Ok(Some(Begun { row, entity }))
 }
 
 /// Delete pending row `id` and put its trail row (and outbox entity, when published) into the

@@ -100,9 +100,9 @@ async fn a_settlement_the_store_refused_is_tried_again() {
     scenario.teardown();
 }
 
-/// The writer keeps each pending row it begins for its finish. A begin whose batch was not
-/// written leaves nothing; a change whose finish was not written is settled from the store,
-/// once, with the entity it was begun with.
+/// The writer keeps each pending row it begins until it moves into the trail. A begin whose
+/// batch was not written leaves nothing; a change whose finish was not written is settled
+/// from the store, once, with the entity it was begun with.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unwritten_begins_leave_nothing_and_unwritten_finishes_settle_from_the_store() {
     let scenario = fail::FailScenario::setup();
