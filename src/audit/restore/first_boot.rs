@@ -29,7 +29,7 @@ use crate::audit::bounds::usage::Usage;
 use crate::audit::clock::Clock;
 use crate::audit::restore::incarnation::{next_base, now_micros, History, Incarnation};
 use crate::audit::row::{Row, RowResult, ROW_FORMAT};
-use crate::audit::tree::{self, Frontier, TreeMeta};
+use crate::audit::tree::{self, Frontier, Layout, TreeMeta};
 use crate::audit::SYSTEM_ACTOR;
 use crate::store::backup::last_seq;
 use crate::store::restore::PendingRestore;
@@ -148,7 +148,12 @@ fn incarnation_batch(
 /// every row before it. A tree that lags (a backup from before the tree, or taken while it
 /// was off) is caught up with this row at the writer's boot, just after.
 fn join_tree(store: &Store, batch: &mut WriteBatch, row: &Row) -> Result<(), StoreError> {
-    let Some(TreeMeta { origin }) = TreeMeta::read(store)? else {
+    // A store of every node is thinned out at boot first: until then its tree lags this row.
+    let Some(TreeMeta {
+        origin,
+        layout: Layout::Thin,
+    }) = TreeMeta::read(store)?
+    else {
         return Ok(());
     };
     let size = tree::stored_size(store)?;

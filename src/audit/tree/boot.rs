@@ -6,13 +6,13 @@
 //! before the writer serves. When the first row it lacks was pruned meanwhile, the tree starts
 //! again at the oldest retained row. A tree that holds more rows than the trail means rows
 //! were removed behind the writer's back: the node refuses to start, and `ankusa audit verify`
-//! tells which.
+//! tells which. A store of every node (written before the thin layout) is thinned out first.
 
 use std::time::Instant;
 
 use rocksdb::WriteBatch;
 
-use super::{stored_size, Frontier, TreeMeta};
+use super::{stored_size, Frontier, Layout, TreeMeta};
 use crate::store::{keys, keys::meta, Cf, Store, StoreError};
 
 /// Rows appended per batch when the tree catches up.
@@ -23,7 +23,7 @@ pub(crate) fn frontier(store: &Store, last_seq: u64) -> Result<Frontier, StoreEr
     let first_row = first_row(store)?;
     let (origin, size) = match TreeMeta::read(store)? {
         None => (start_afresh(store, first_row.unwrap_or(last_seq + 1))?, 0),
-        Some(TreeMeta { origin }) => {
+        Some(TreeMeta { origin, layout }) => {
             let size = stored_size(store)?;
             let rows = (last_seq + 1).checked_sub(origin).ok_or_else(|| {
                 damaged(format!(
@@ -46,7 +46,12 @@ pub(crate) fn frontier(store: &Store, last_seq: u64) -> Result<Frontier, StoreEr
                     );
                     (start_afresh(store, first)?, 0)
                 }
-                _ => (origin, size),
+                _ => {
+                    if layout == Layout::Every {
+                        thin_out(store, origin, first_row)?;
+                    }
+                    (origin, size)
+                }
             }
         }
     };
@@ -63,10 +68,70 @@ fn start_afresh(store: &Store, origin: u64) -> Result<u64, StoreError> {
     batch.put_cf(
         audit,
         keys::meta_key(meta::TREE),
-        TreeMeta { origin }.encode(),
+        TreeMeta {
+            origin,
+            layout: Layout::Thin,
+        }
+        .encode(),
     );
     store.write(batch, true)?;
     Ok(origin)
+}
+
+/// Delete the nodes a store of every node holds that the thin layout does not, in bounded
+/// batches, then mark the layout thin. The roots of the frontier at the oldest retained row
+/// stay: the leaves below them were pruned. A crash on the way leaves it to be done again.
+fn thin_out(store: &Store, origin: u64, first_row: Option<u64>) -> Result<(), StoreError> {
+    let (audit, started) = (store.cf(Cf::Audit), Instant::now());
+    let size = stored_size(store)?;
+    let retained = first_row.map_or(size, |f| f.saturating_sub(origin).min(size));
+    let keep: std::collections::HashSet<u64> = if retained == 0 {
+        Default::default()
+    } else {
+        tlog_tiles::sub_tree_index(0, retained, Vec::new())
+            .into_iter()
+            .collect()
+    };
+    let (mut from, mut deleted) = (vec![keys::TREE], 0u64);
+    loop {
+        let mut batch = WriteBatch::default();
+        let (mut n, mut last) = (0, None);
+        store.scan(Cf::Audit, &[keys::TREE], &from, |k, _| {
+            last = Some(k.to_vec());
+            if let Some(index) = keys::decode_seq_key(keys::TREE, k) {
+                let (level, _) = tlog_tiles::split_stored_hash_index(index);
+                if !Layout::Thin.stores(level) && !keep.contains(&index) {
+                    batch.delete_cf(audit, k);
+                    n += 1;
+                }
+            }
+            n < CATCH_UP_BATCH
+        })?;
+        deleted += n as u64;
+        let Some(mut next) = last.filter(|_| n == CATCH_UP_BATCH) else {
+            batch.put_cf(
+                audit,
+                keys::meta_key(meta::TREE),
+                TreeMeta {
+                    origin,
+                    layout: Layout::Thin,
+                }
+                .encode(),
+            );
+            store.write(batch, true)?;
+            break;
+        };
+        store.write(batch, true)?;
+        next.push(0);
+        from = next;
+    }
+    tracing::info!(
+        target: "ankusa::audit",
+        deleted,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "the audit tree keeps its leaves and its subtrees of 16 rows or more"
+    );
+    Ok(())
 }
 
 /// Append the rows after the tree's last leaf, up to `last_seq`.

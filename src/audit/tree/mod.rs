@@ -2,18 +2,25 @@
 //! signed checkpoint (origin, size, root) commits to every row up to its size, and any change,
 //! loss or reordering of a row shows.
 //!
-//! The tree is stored as Go's `golang.org/x/mod/sumdb/tlog` stores it (the `tlog_tiles` crate
-//! is its port): every complete subtree's hash, once, at its stored-hash index (`t`+index). A
-//! row's leaf and the subtrees it completes have consecutive indexes, so the writer appends
-//! them in the row's own batch, and a batch never leaves a row outside the tree or the tree
-//! ahead of the rows. The leaf input is the row's key followed by its value: the bytes the
-//! store holds, as `audit tail` reads them.
+//! Nodes are stored at their stored-hash indexes (`t`+index), as Go's
+//! `golang.org/x/mod/sumdb/tlog` numbers them (the `tlog_tiles` crate is its port), but not all
+//! of them: every leaf, and every subtree of [`STORED_LEVEL`] levels or more (16 rows). A
+//! smaller subtree is hashed again from its leaves when a proof or the frontier needs it: at
+//! most 8 leaves, read in one scan. So a row costs the store about one node, not
+//! two, and `verify` still names the very row whose leaf differs. A row's nodes have
+//! consecutive indexes, so the writer appends them in the row's own batch, and a batch never
+//! leaves a row outside the tree or the tree ahead of the rows. The leaf input is the row's key
+//! followed by its value: the bytes the store holds, as `audit tail` reads them.
 //!
 //! The writer keeps the frontier (the compact range: the roots of the complete subtrees that
 //! make up the tree) in memory; it is all an append and a root read. Retention deletes a
 //! row's nodes with the row, all but those the frontier at the oldest retained row still
-//! needs: those, and every node of a later row, give every root and every proof about the
-//! retained rows, never the pruned rows themselves.
+//! needs: its stored roots, and the leaves of the 16 rows it sits in. Those, and every node
+//! of a later row, give every root and every proof about the retained rows, never the pruned
+//! rows themselves.
+//!
+//! Stores written before this layout hold every node (`m:tree` without `layout`): the node
+//! thins them out at start ([`boot`]), and `verify` checks either layout.
 //!
 //! Parts: `checkpoint.rs` signs and reads checkpoints; `boot.rs` brings the tree up to the
 //! trail at start; `proof.rs` reads inclusion and consistency proofs; `verify.rs` checks a
@@ -57,12 +64,44 @@ impl Default for TreeOptions {
     }
 }
 
-/// `m:tree`: where the tree starts.
+/// Subtrees of this many levels and more are stored with the leaves; smaller ones are hashed
+/// again from their leaves when read. 4: a row stores 1.125 nodes on average, and a proof
+/// reads at most 30 leaves more.
+pub const STORED_LEVEL: u8 = 4;
+
+/// Which nodes a store holds (`m:tree`'s `layout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    /// Every node: stores written before [`Layout::Thin`]; thinned out at start.
+    Every,
+    /// The leaves, and the subtrees of [`STORED_LEVEL`] levels or more.
+    Thin,
+}
+
+impl Layout {
+    /// Whether a node at `level` is stored.
+    pub fn stores(self, level: u8) -> bool {
+        match self {
+            Layout::Every => true,
+            Layout::Thin => level == 0 || level >= STORED_LEVEL,
+        }
+    }
+}
+
+/// `m:tree`: where the tree starts, and which nodes are stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TreeMeta {
     /// The seq of leaf 0. A new store's tree starts at its first row (1); a store that had
     /// rows before it had a tree starts at its oldest retained row then.
     pub origin: u64,
+    /// Absent in stores written before the thin layout, which hold every node.
+    #[serde(default = "every")]
+    pub layout: Layout,
+}
+
+fn every() -> Layout {
+    Layout::Every
 }
 
 impl TreeMeta {
@@ -175,28 +214,28 @@ impl Frontier {
 
     /// Add the row with `key` and `value` as the next leaf, handing each node it adds to
     /// `put` (see [`Frontier::append_hash`]).
-    pub(crate) fn append(&mut self, key: &[u8], value: &[u8], put: impl FnMut(u64, Hash)) {
+    pub(crate) fn append(&mut self, key: &[u8], value: &[u8], put: impl FnMut(u8, u64, Hash)) {
         self.append_hash(leaf_hash(key, value), put);
     }
 
-    /// Add a leaf of hash `leaf`, handing each node to store to `put` with its stored-hash
-    /// index: the leaf, then each subtree it completes, at consecutive indexes.
-    pub(crate) fn append_hash(&mut self, leaf: Hash, mut put: impl FnMut(u64, Hash)) {
+    /// Add a leaf of hash `leaf`, handing every node it adds to `put` with its level and
+    /// stored-hash index: the leaf, then each subtree it completes, at consecutive indexes.
+    pub(crate) fn append_hash(&mut self, leaf: Hash, mut put: impl FnMut(u8, u64, Hash)) {
         let n = self.size;
         let mut index = tlog_tiles::stored_hash_index(0, n);
         let mut hash = leaf;
-        put(index, hash);
+        put(0, index, hash);
         // Each trailing 1 bit of n completes a subtree whose left half is the frontier's
         // last root (what tlog_tiles::stored_hashes_for_record_hash computes, without its
         // allocations: this runs once per row on the writer thread).
-        for _ in 0..(n + 1).trailing_zeros() {
+        for level in 1..=(n + 1).trailing_zeros() as u8 {
             let (_, left) = self
                 .nodes
                 .pop()
                 .expect("the frontier holds a root for each subtree an append completes");
             hash = tlog_tiles::node_hash(left, hash);
             index += 1;
-            put(index, hash);
+            put(level, index, hash);
         }
         self.nodes.push((index, hash));
         self.size += 1;
@@ -219,7 +258,8 @@ impl Frontier {
         }
     }
 
-    /// Append the row with `key` and `value` and put the nodes it adds into `batch`.
+    /// Append the row with `key` and `value` and put the nodes it adds that are stored into
+    /// `batch`.
     pub(crate) fn put_nodes(
         &mut self,
         audit: &ColumnFamily,
@@ -227,21 +267,25 @@ impl Frontier {
         key: &[u8],
         value: &[u8],
     ) {
-        self.append(key, value, |index, hash| {
-            batch.put_cf(audit, keys::tree_key(index), hash.0);
+        self.append(key, value, |level, index, hash| {
+            if Layout::Thin.stores(level) {
+                batch.put_cf(audit, keys::tree_key(index), hash.0);
+            }
         });
     }
 }
 
 /// Delete from `batch` the nodes that only pruned rows need: `seqs` are the rows a batch
 /// deletes, oldest first, each the oldest row left before it (retention and the ceilings
-/// delete from the head). For leaf `k`, that is every node leaf `k` completed but the
-/// largest (the frontier at `k + 1` keeps it) and the frontier roots that largest consumed.
+/// delete from the head). For leaf `k`, that is every inner node leaf `k` completed but the
+/// largest (the frontier at `k + 1` keeps it) and the frontier roots that largest consumed;
+/// and, once `k` ends a run of 2^[`STORED_LEVEL`] leaves, their leaves, which the frontier's
+/// smaller roots were hashed from until then.
 pub(crate) fn prune(audit: &ColumnFamily, batch: &mut WriteBatch, origin: u64, seqs: &[u64]) {
     for &seq in seqs.iter().filter(|&&s| s >= origin) {
         let k = seq - origin;
         let completed = (k + 1).trailing_zeros() as u8;
-        for level in 0..completed {
+        for level in (1..completed).filter(|&l| Layout::Thin.stores(l)) {
             // The frontier root it consumed at this level, then its own node there.
             batch.delete_cf(
                 audit,
@@ -251,6 +295,15 @@ pub(crate) fn prune(audit: &ColumnFamily, batch: &mut WriteBatch, origin: u64, s
                 audit,
                 keys::tree_key(tlog_tiles::stored_hash_index(level, k >> level)),
             );
+        }
+        if completed >= STORED_LEVEL {
+            let first = k + 1 - (1 << STORED_LEVEL);
+            for leaf in first..=k {
+                batch.delete_cf(
+                    audit,
+                    keys::tree_key(tlog_tiles::stored_hash_index(0, leaf)),
+                );
+            }
         }
     }
 }
@@ -270,21 +323,81 @@ pub(crate) fn stored_size(store: &Store) -> Result<u64, StoreError> {
     Ok((n + 1) << level)
 }
 
-/// Reads stored nodes from the store (written batches only).
+/// Reads nodes from the store (written batches only): stored ones as they are, the subtrees
+/// below [`STORED_LEVEL`] hashed from their leaves.
 pub(crate) struct Stored<'a>(pub &'a Store);
+
+impl Stored<'_> {
+    fn node(&self, index: u64) -> Result<Hash, TlogError> {
+        if let Some(hash) = self.get(index)? {
+            return Ok(hash);
+        }
+        let (level, n) = tlog_tiles::split_stored_hash_index(index);
+        if level == 0 || level >= STORED_LEVEL {
+            return Err(TlogError::IndexesNotInTree);
+        }
+        self.subtree(level, n)
+    }
+
+    fn get(&self, index: u64) -> Result<Option<Hash>, TlogError> {
+        match self.0.get(Cf::Audit, &keys::tree_key(index)) {
+            Ok(Some(v)) => <[u8; 32]>::try_from(v.as_slice())
+                .map(|h| Some(Hash(h)))
+                .map_err(|_| TlogError::MalformedHash),
+            Ok(None) => Ok(None),
+            Err(e) => Err(TlogError::InvalidInput(e.to_string())),
+        }
+    }
+
+    /// The subtree at `level` over leaves `n << level` on, from its leaves, read in one scan.
+    fn subtree(&self, level: u8, n: u64) -> Result<Hash, TlogError> {
+        let (first, width) = (n << level, 1u64 << level);
+        let mut leaves = Vec::with_capacity(width as usize);
+        let mut bad = None;
+        let start = keys::tree_key(tlog_tiles::stored_hash_index(0, first));
+        let scanned = self.0.scan(Cf::Audit, &[keys::TREE], &start, |k, v| {
+            let Some(index) = keys::decode_seq_key(keys::TREE, k) else {
+                return true;
+            };
+            // Inner nodes between the leaves are skipped (a store of every node has them).
+            if let (0, leaf) = tlog_tiles::split_stored_hash_index(index) {
+                if leaf != first + leaves.len() as u64 {
+                    return false;
+                }
+                match <[u8; 32]>::try_from(v) {
+                    Ok(h) => leaves.push(Hash(h)),
+                    Err(_) => {
+                        bad = Some(TlogError::MalformedHash);
+                        return false;
+                    }
+                }
+            }
+            (leaves.len() as u64) < width
+        });
+        scanned.map_err(|e| TlogError::InvalidInput(e.to_string()))?;
+        if let Some(e) = bad {
+            return Err(e);
+        }
+        if leaves.len() as u64 != width {
+            // Some leaves were pruned: the roots kept in their place give the halves (a store
+            // thinned out from one of every node keeps those at any level).
+            let half = |i| self.node(tlog_tiles::stored_hash_index(level - 1, i));
+            return Ok(tlog_tiles::node_hash(half(2 * n)?, half(2 * n + 1)?));
+        }
+        // Pairs of pairs, up to the subtree's root.
+        while leaves.len() > 1 {
+            leaves = leaves
+                .chunks_exact(2)
+                .map(|p| tlog_tiles::node_hash(p[0], p[1]))
+                .collect();
+        }
+        Ok(leaves[0])
+    }
+}
 
 impl HashReader for Stored<'_> {
     fn read_hashes(&self, indexes: &[u64]) -> Result<Vec<Hash>, TlogError> {
-        indexes
-            .iter()
-            .map(|&i| match self.0.get(Cf::Audit, &keys::tree_key(i)) {
-                Ok(Some(v)) => <[u8; 32]>::try_from(v.as_slice())
-                    .map(Hash)
-                    .map_err(|_| TlogError::MalformedHash),
-                Ok(None) => Err(TlogError::IndexesNotInTree),
-                Err(e) => Err(TlogError::InvalidInput(e.to_string())),
-            })
-            .collect()
+        indexes.iter().map(|&i| self.node(i)).collect()
     }
 }
 

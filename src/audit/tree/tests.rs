@@ -36,7 +36,7 @@ fn the_frontier_gives_the_rfc_6962_test_roots() {
     );
     for (leaf, root) in LEAVES.iter().zip(ROOTS) {
         // The leaf input is key then value: an empty key gives the vector's input itself.
-        tree.append(b"", leaf, |_, _| {});
+        tree.append(b"", leaf, |_, _, _| {});
         assert_eq!(hex::encode(tree.root().0), root);
     }
 }
@@ -51,7 +51,11 @@ fn store_with_rows(n: u64) -> (tempfile::TempDir, Store, Frontier, Vec<Vec<u8>>)
     batch.put_cf(
         store.cf(Cf::Audit),
         keys::meta_key(meta::TREE),
-        TreeMeta { origin: 1 }.encode(),
+        TreeMeta {
+            origin: 1,
+            layout: Layout::Thin,
+        }
+        .encode(),
     );
     for seq in 1..=n {
         let value = format!("{{\"seq\":{seq}}}").into_bytes();
@@ -66,6 +70,11 @@ fn store_with_rows(n: u64) -> (tempfile::TempDir, Store, Frontier, Vec<Vec<u8>>)
     }
     store.write(batch, false).unwrap();
     (dir, store, tree, inputs)
+}
+
+/// Whether the thin layout stores the node at `index`.
+fn thin(index: u64) -> bool {
+    Layout::Thin.stores(tlog_tiles::split_stored_hash_index(index).0)
 }
 
 fn stored_indexes(store: &Store) -> Vec<u64> {
@@ -88,6 +97,8 @@ proptest! {
     fn the_stored_tree_agrees_with_an_independent_implementation(n in 1u64..300) {
         let (_dir, store, tree, inputs) = store_with_rows(n);
         prop_assert_eq!(stored_size(&store).unwrap(), n);
+        let want: Vec<u64> = (0..tlog_tiles::stored_hash_count(n)).filter(|&i| thin(i)).collect();
+        prop_assert_eq!(stored_indexes(&store), want);
         prop_assert_eq!(Frontier::load(&store, 1, n).unwrap(), tree.clone());
         let mut theirs = MemoryBackedTree::<sha2_011::Sha256, Vec<u8>>::new();
         for (i, input) in inputs.iter().enumerate() {
@@ -121,10 +132,11 @@ proptest! {
         }
     }
 
-    /// Pruning the oldest rows leaves exactly the frontier at the oldest retained row and the
-    /// nodes of the rows after it; every root and proof about the retained rows still reads.
+    /// Pruning the oldest rows leaves exactly the stored roots of the frontier at the oldest
+    /// retained row, the leaves of the 16 rows it sits in, and the nodes of the rows after
+    /// it; every root and proof about the retained rows still reads.
     #[test]
-    fn pruning_keeps_what_the_retained_rows_need(n in 2u64..200, cut in 0.0f64..1.0) {
+    fn pruning_keeps_what_the_retained_rows_need(n in 2u64..300, cut in 0.0f64..1.0) {
         let (_dir, store, tree, _) = store_with_rows(n);
         let first = 1 + ((n - 1) as f64 * cut) as u64;
         let mut batch = WriteBatch::default();
@@ -140,7 +152,12 @@ proptest! {
         } else {
             tlog_tiles::sub_tree_index(0, kept, Vec::new())
         };
+        let block = kept >> STORED_LEVEL << STORED_LEVEL;
+        want.extend((block..kept).map(|leaf| tlog_tiles::stored_hash_index(0, leaf)));
         want.extend(tlog_tiles::stored_hash_count(kept)..tlog_tiles::stored_hash_count(n));
+        want.retain(|&i| thin(i));
+        want.sort_unstable();
+        want.dedup();
         prop_assert_eq!(stored_indexes(&store), want);
         prop_assert_eq!(Frontier::load(&store, 1, n).unwrap().root(), tree.root());
         for seq in first..=n {
@@ -160,28 +177,101 @@ fn decode(h: &str) -> Vec<u8> {
 
 #[test]
 fn a_pruned_tree_refuses_proofs_of_pruned_rows_by_name() {
-    let (_dir, store, _, _) = store_with_rows(10);
+    let (_dir, store, _, _) = store_with_rows(600);
     let mut batch = WriteBatch::default();
-    prune(store.cf(Cf::Audit), &mut batch, 1, &[1, 2, 3, 4]);
+    let pruned: Vec<u64> = (1..=300).collect();
+    prune(store.cf(Cf::Audit), &mut batch, 1, &pruned);
     // The rows themselves go with their nodes, as prune.rs deletes them.
-    for seq in 1..=4 {
+    for &seq in &pruned {
         batch.delete_cf(store.cf(Cf::Audit), keys::row_key(seq, 1000 + seq));
     }
     store.write(batch, false).unwrap();
-    match proof::inclusion(&store, 2, 10, 10) {
+    match proof::inclusion(&store, 2, 600, 600) {
         Err(proof::ProofError::Gone(m)) => assert_eq!(m, "row 2 was pruned"),
         other => panic!("{other:?}"),
     }
-    match proof::inclusion(&store, 5, 11, 10) {
+    match proof::inclusion(&store, 301, 601, 600) {
         Err(proof::ProofError::OutOfRange(m)) => {
-            assert_eq!(m, "size 11 is past the tree's 10 leaves");
+            assert_eq!(m, "size 601 is past the tree's 600 leaves");
         }
         other => panic!("{other:?}"),
     }
-    match proof::consistency(&store, 2, 10, 10) {
+    // The leaves of the first 288 rows went with the last row of each 16.
+    match proof::consistency(&store, 2, 600, 600) {
         Err(proof::ProofError::Gone(_)) => {}
         other => panic!("{other:?}"),
     }
-    assert!(proof::consistency(&store, 4, 10, 10).is_ok());
-    assert!(proof::inclusion(&store, 5, 5, 10).is_ok());
+    for from in [256, 288, 295, 300] {
+        assert!(proof::consistency(&store, from, 600, 600).is_ok(), "{from}");
+    }
+    assert!(proof::inclusion(&store, 301, 301, 600).is_ok());
+}
+
+/// A store of every node, as written before the thin layout, pruned as it was then: the
+/// frontier's roots at the oldest retained row, and every node after it.
+fn store_of_every_node(n: u64, kept: u64) -> (tempfile::TempDir, Store, Frontier) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let audit = store.cf(Cf::Audit);
+    let mut tree = Frontier::empty(1);
+    let mut batch = WriteBatch::default();
+    batch.put_cf(audit, keys::meta_key(meta::TREE), br#"{"origin":1}"#);
+    let roots: Vec<u64> = match kept {
+        0 => Vec::new(),
+        k => tlog_tiles::sub_tree_index(0, k, Vec::new()),
+    };
+    for seq in 1..=n {
+        let (key, value) = (keys::row_key(seq, 1000 + seq), format!("{{\"seq\":{seq}}}"));
+        if seq > kept {
+            batch.put_cf(audit, key, &value);
+        }
+        tree.append(&key, value.as_bytes(), |_, index, hash| {
+            if index >= tlog_tiles::stored_hash_count(kept) || roots.contains(&index) {
+                batch.put_cf(audit, keys::tree_key(index), hash.0);
+            }
+        });
+    }
+    store.write(batch, false).unwrap();
+    (dir, store, tree)
+}
+
+#[test]
+fn a_store_of_every_node_is_thinned_out_at_start_and_proves_as_before() {
+    for (n, kept) in [
+        (300, 0),
+        (300, 100),
+        (300, 255),
+        (300, 263),
+        (40, 40),
+        (40, 37),
+    ] {
+        let (_dir, store, tree) = store_of_every_node(n, kept);
+        let frontier = boot::frontier(&store, n).unwrap();
+        assert_eq!(frontier, tree, "{n} {kept}");
+        let meta = TreeMeta::read(&store).unwrap().unwrap();
+        assert_eq!(meta.layout, Layout::Thin);
+        let roots = match kept {
+            0 => Vec::new(),
+            k => tlog_tiles::sub_tree_index(0, k, Vec::new()),
+        };
+        let mut want: Vec<u64> = roots;
+        want.extend(
+            (tlog_tiles::stored_hash_count(kept)..tlog_tiles::stored_hash_count(n))
+                .filter(|&i| thin(i)),
+        );
+        want.sort_unstable();
+        assert_eq!(stored_indexes(&store), want, "{n} {kept}");
+        let root = tree.root();
+        for index in kept..n {
+            let proof = tlog_tiles::prove_record(n, index, &Stored(&store)).unwrap();
+            let seq = index + 1;
+            let leaf = leaf_hash(
+                &keys::row_key(seq, 1000 + seq),
+                format!("{{\"seq\":{seq}}}").as_bytes(),
+            );
+            tlog_tiles::check_record(&proof, n, root, index, leaf).unwrap();
+        }
+        // Started again, it is thin already and reads the same.
+        assert_eq!(boot::frontier(&store, n).unwrap(), tree);
+    }
 }

@@ -19,7 +19,7 @@ use tlog_tiles::Hash;
 
 use super::checkpoint::{self, incarnation_of, CheckpointKey, SignedCheckpoint};
 use super::proof::b64;
-use super::{Frontier, TreeMeta};
+use super::{Frontier, Layout, TreeMeta};
 use crate::audit::bounds::usage::Usage;
 use crate::audit::restore::incarnation::History;
 use crate::audit::row::Row;
@@ -160,7 +160,7 @@ pub fn verify(
     external: &[External],
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Outcome, VerifyError> {
-    let origin = TreeMeta::read(store)?.ok_or(VerifyError::NoTree)?.origin;
+    let TreeMeta { origin, layout } = TreeMeta::read(store)?.ok_or(VerifyError::NoTree)?;
     let key = match key {
         Some(k) => k.to_owned(),
         None => CheckpointKey::load(store)?
@@ -174,6 +174,7 @@ pub fn verify(
     };
     let mut walk = Walk {
         origin,
+        layout,
         key,
         history,
         vouched: 0,
@@ -200,6 +201,8 @@ type Found<T> = Result<T, (u64, String)>;
 
 struct Walk {
     origin: u64,
+    /// Which nodes the store holds: those are checked against the rows.
+    layout: Layout,
     key: String,
     history: History,
     /// Leaves covered by the last checkpoint that matched.
@@ -312,7 +315,11 @@ impl Walk {
                         self.checkpoint_row(seq, v, &frontier)?;
                     }
                     let mut parted = false;
-                    frontier.append_hash(leaf.hash, |index, hash| {
+                    let layout = self.layout;
+                    frontier.append_hash(leaf.hash, |level, index, hash| {
+                        if !layout.stores(level) {
+                            return;
+                        }
                         let stored = nodes.entry().filter(|(nk, _)| *nk == keys::tree_key(index));
                         parted |= stored.is_none_or(|(_, nv)| nv != hash.0);
                         if !parted {

@@ -17,6 +17,7 @@ use serde_json::Value;
 use crate::support::trail::*;
 use ankusa::audit::tree::checkpoint::{CheckpointKey, SignedCheckpoint};
 use ankusa::audit::tree::verify::{self, External, ExternalResult, Outcome};
+use ankusa::audit::tree::Layout;
 use ankusa::audit::{Row, SystemClock, Trail, TrailOptions, TreeOptions};
 use ankusa::store::{keys, keys::meta, Cf, Store};
 
@@ -308,8 +309,8 @@ impl Fixture {
     }
 }
 
-/// Every stored node of the tree over `rows`, computed with tlog_tiles as the writer stores
-/// them.
+/// Every stored node of the tree over `rows`, computed with tlog_tiles, of the levels the
+/// writer stores.
 fn tree_nodes(rows: &[(Vec<u8>, Vec<u8>)]) -> BTreeMap<u64, [u8; 32]> {
     struct Map<'a>(&'a BTreeMap<u64, [u8; 32]>);
     impl tlog_tiles::HashReader for Map<'_> {
@@ -329,6 +330,7 @@ fn tree_nodes(rows: &[(Vec<u8>, Vec<u8>)]) -> BTreeMap<u64, [u8; 32]> {
             nodes.insert(start + i as u64, h.0);
         }
     }
+    nodes.retain(|&i, _| Layout::Thin.stores(tlog_tiles::split_stored_hash_index(i).0));
     nodes
 }
 
