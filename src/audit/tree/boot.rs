@@ -13,7 +13,7 @@ use std::time::Instant;
 use rocksdb::WriteBatch;
 
 use super::{stored_size, Frontier, Layout, TreeMeta};
-use crate::store::{keys, keys::meta, Cf, Store, StoreError};
+use crate::store::{keys, Cf, Store, StoreError};
 
 /// Rows appended per batch when the tree catches up.
 const CATCH_UP_BATCH: usize = 10_000;
@@ -65,15 +65,7 @@ fn start_afresh(store: &Store, origin: u64) -> Result<u64, StoreError> {
     let audit = store.cf(Cf::Audit);
     let mut batch = WriteBatch::default();
     batch.delete_range_cf(audit, [keys::TREE], [keys::TREE + 1]);
-    batch.put_cf(
-        audit,
-        keys::meta_key(meta::TREE),
-        TreeMeta {
-            origin,
-            layout: Layout::Thin,
-        }
-        .encode(),
-    );
+    TreeMeta::put_thin(audit, &mut batch, origin);
     store.write(batch, true)?;
     Ok(origin)
 }
@@ -85,13 +77,9 @@ fn thin_out(store: &Store, origin: u64, first_row: Option<u64>) -> Result<(), St
     let (audit, started) = (store.cf(Cf::Audit), Instant::now());
     let size = stored_size(store)?;
     let retained = first_row.map_or(size, |f| f.saturating_sub(origin).min(size));
-    let keep: std::collections::HashSet<u64> = if retained == 0 {
-        Default::default()
-    } else {
-        tlog_tiles::sub_tree_index(0, retained, Vec::new())
-            .into_iter()
-            .collect()
-    };
+    let keep: std::collections::HashSet<u64> = tlog_tiles::sub_tree_index(0, retained, Vec::new())
+        .into_iter()
+        .collect();
     let (mut from, mut deleted) = (vec![keys::TREE], 0u64);
     loop {
         let mut batch = WriteBatch::default();
@@ -109,15 +97,7 @@ fn thin_out(store: &Store, origin: u64, first_row: Option<u64>) -> Result<(), St
         })?;
         deleted += n as u64;
         let Some(mut next) = last.filter(|_| n == CATCH_UP_BATCH) else {
-            batch.put_cf(
-                audit,
-                keys::meta_key(meta::TREE),
-                TreeMeta {
-                    origin,
-                    layout: Layout::Thin,
-                }
-                .encode(),
-            );
+            TreeMeta::put_thin(audit, &mut batch, origin);
             store.write(batch, true)?;
             break;
         };

@@ -3,6 +3,7 @@ use proptest::prelude::*;
 use rocksdb::WriteBatch;
 
 use super::*;
+use crate::store::Cf;
 
 /// The leaves of the RFC 6962 test data (certificate-transparency's merkle tree tests), and
 /// the roots of the trees of their first 1..=8.
@@ -48,15 +49,7 @@ fn store_with_rows(n: u64) -> (tempfile::TempDir, Store, Frontier, Vec<Vec<u8>>)
     let mut tree = Frontier::empty(1);
     let mut inputs = Vec::new();
     let mut batch = WriteBatch::default();
-    batch.put_cf(
-        store.cf(Cf::Audit),
-        keys::meta_key(meta::TREE),
-        TreeMeta {
-            origin: 1,
-            layout: Layout::Thin,
-        }
-        .encode(),
-    );
+    TreeMeta::put_thin(store.cf(Cf::Audit), &mut batch, 1);
     for seq in 1..=n {
         let value = format!("{{\"seq\":{seq}}}").into_bytes();
         Frontier::put_row(
@@ -147,11 +140,7 @@ proptest! {
         prune(store.cf(Cf::Audit), &mut batch, 1, b);
         store.write(batch, false).unwrap();
         let kept = first - 1;
-        let mut want: Vec<u64> = if kept == 0 {
-            Vec::new()
-        } else {
-            tlog_tiles::sub_tree_index(0, kept, Vec::new())
-        };
+        let mut want = tlog_tiles::sub_tree_index(0, kept, Vec::new());
         let block = kept >> STORED_LEVEL << STORED_LEVEL;
         want.extend((block..kept).map(|leaf| tlog_tiles::stored_hash_index(0, leaf)));
         want.extend(tlog_tiles::stored_hash_count(kept)..tlog_tiles::stored_hash_count(n));
@@ -216,10 +205,7 @@ fn store_of_every_node(n: u64, kept: u64) -> (tempfile::TempDir, Store, Frontier
     let mut tree = Frontier::empty(1);
     let mut batch = WriteBatch::default();
     batch.put_cf(audit, keys::meta_key(meta::TREE), br#"{"origin":1}"#);
-    let roots: Vec<u64> = match kept {
-        0 => Vec::new(),
-        k => tlog_tiles::sub_tree_index(0, k, Vec::new()),
-    };
+    let roots = tlog_tiles::sub_tree_index(0, kept, Vec::new());
     for seq in 1..=n {
         let (key, value) = (keys::row_key(seq, 1000 + seq), format!("{{\"seq\":{seq}}}"));
         if seq > kept {
@@ -250,11 +236,7 @@ fn a_store_of_every_node_is_thinned_out_at_start_and_proves_as_before() {
         assert_eq!(frontier, tree, "{n} {kept}");
         let meta = TreeMeta::read(&store).unwrap().unwrap();
         assert_eq!(meta.layout, Layout::Thin);
-        let roots = match kept {
-            0 => Vec::new(),
-            k => tlog_tiles::sub_tree_index(0, k, Vec::new()),
-        };
-        let mut want: Vec<u64> = roots;
+        let mut want = tlog_tiles::sub_tree_index(0, kept, Vec::new());
         want.extend(
             (tlog_tiles::stored_hash_count(kept)..tlog_tiles::stored_hash_count(n))
                 .filter(|&i| thin(i)),
