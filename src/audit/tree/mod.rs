@@ -22,9 +22,9 @@
 //! Stores written before this layout hold every node (`m:tree` without `layout`): the node
 //! thins them out at start ([`boot`]), and `verify` checks either layout.
 //!
-//! Parts: `stored.rs` is the nodes as stored; `checkpoint.rs` signs and reads checkpoints; `boot.rs` brings the tree up to the
-//! trail at start; `proof.rs` reads inclusion and consistency proofs; `verify.rs` checks a
-//! whole store offline.
+//! Parts: `stored.rs` is the nodes as stored; `checkpoint.rs` signs and reads checkpoints;
+//! `boot.rs` brings the tree up to the trail at start; `proof.rs` reads inclusion and
+//! consistency proofs; `verify.rs` checks a whole store offline.
 
 pub(crate) mod boot;
 pub mod checkpoint;
