@@ -73,8 +73,23 @@ async fn body<S: Send + Sync>(request: Request, state: &S) -> Result<Bytes, ApiE
     })
 }
 
-/// Decode `bytes` as one JSON value of type `T`.
+/// Decode `bytes` as one JSON object of type `T`.
+///
+/// Every request body of this API is an object. serde's derived structs also take an array
+/// of their fields in order (so `[]` would pass as an empty struct): a well-formed array is
+/// refused here as the wrong type.
 pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    if bytes.trim_ascii_start().starts_with(b"[") {
+        parse_any::<serde::de::IgnoredAny>(bytes)?;
+        return Err(ApiError::invalid(
+            "body",
+            "invalid type: array, expected a JSON object",
+        ));
+    }
+    parse_any(bytes)
+}
+
+fn parse_any<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut de).map_err(json_error)?;
     de.end()
@@ -264,6 +279,13 @@ mod tests {
         assert!(matches!(e, ApiError::BadRequest { .. }));
         let e = parse::<Body>(br#"{"rate": 1} x"#).unwrap_err();
         assert!(matches!(e, ApiError::BadRequest { .. }));
+        let e = parse::<Body>(b" [1, null]").unwrap_err();
+        assert!(
+            matches!(&e, ApiError::Invalid { field, message } if field == "body" && message.contains("array")),
+            "{e:?}"
+        );
+        let e = parse::<Body>(b"[1, ").unwrap_err();
+        assert!(matches!(e, ApiError::BadRequest { .. }), "{e:?}");
         let e = parse::<Body>(br#"{}"#).unwrap_err();
         assert!(
             matches!(&e, ApiError::Invalid { field, .. } if field == "rate"),

@@ -69,7 +69,9 @@ async fn broken_bodies_are_refused_with_the_field_named() {
             Some("owner"),
         ),
         (r#""a string""#, 422, "invalid_input", Some("body")),
-        (r#"[1, 2]"#, 422, "invalid_input", Some("[0]")),
+        (r#"[1, 2]"#, 422, "invalid_input", Some("body")),
+        // A struct's fields in order are still not an object.
+        (r#"["s1", "k"]"#, 422, "invalid_input", Some("body")),
         (
             r#"{"id": "s1", "kind": "k", "secret": "\ud800"}"#,
             400,
@@ -134,6 +136,12 @@ async fn broken_bodies_are_refused_with_the_field_named() {
         )
         .await;
     assert_error(&negative, 422, "invalid_input");
+    // A body with no fields takes an empty object, never an empty array.
+    for path in ["/admin/v1/backups", "/admin/v1/lifecycle/snapshot"] {
+        let array = node.call(Method::POST, path, ADMIN, Some(json!([]))).await;
+        assert_error(&array, 422, "invalid_input");
+        assert_eq!(array.json()["field"], "body", "{path}");
+    }
     assert!(node.rows().await.is_empty());
     node.stop().await;
 }
