@@ -11,8 +11,11 @@
 //!   cores) the rate follows the CPU, and the CPU moves far less from round to round.
 //!
 //! Synced writes on a shared machine vary a lot from second to second, so each concurrency
-//! runs [`ROUNDS`] rounds of ours and raw back to back; it prints every round, the median of
-//! ours and of raw and their ratio, and ours at 64 over ours at 1 (medians).
+//! runs [`ROUNDS`] rounds of ours (tree on and off back to back, in turns first) and raw; it
+//! prints every round, the median of ours and of raw and their ratio, the median of the
+//! rounds' on/off ratios with their range, and ours at 64 over ours at 1 (medians). With
+//! `TMPDIR` on a tmpfs (`TMPDIR=/dev/shm`) a sync costs next to nothing, so every
+//! concurrency is CPU-bound: on/off is then the tree's whole cost, with no disk to hide it.
 //! `ANKUSA_BENCH_SECS` sets the time per measurement (default 2); `ANKUSA_BENCH_OURS_ONLY=N`
 //! measures only ours at N committers, once (for a profiler; `ANKUSA_BENCH_TREE=off` without
 //! the tree). `ANKUSA_BENCH_MAX_ROWS=N` sets
@@ -38,7 +41,7 @@ mod env;
 mod raw;
 
 /// Rounds of ours and raw per concurrency.
-const ROUNDS: usize = 3;
+const ROUNDS: usize = 5;
 
 fn main() {
     let secs: u64 = env("ANKUSA_BENCH_SECS").unwrap_or(2);
@@ -70,9 +73,16 @@ fn main() {
     for n in [1usize, 8, 64] {
         let mut rounds = Vec::with_capacity(ROUNDS);
         for round in 1..=ROUNDS {
-            let on = bench_ours(n, run_for, true);
+            // Tree on and off back to back, in turns first, so that the disk's drift over a
+            // round falls on both alike.
+            let (on, off) = if round % 2 == 1 {
+                let on = bench_ours(n, run_for, true);
+                (on, bench_ours(n, run_for, false))
+            } else {
+                let off = bench_ours(n, run_for, false);
+                (bench_ours(n, run_for, true), off)
+            };
             let raw = bench_raw(n, run_for);
-            let off = bench_ours(n, run_for, false);
             print_row(n, (on, raw, off), &format!("round {round}"));
             rounds.push((on, raw, off));
         }
@@ -80,6 +90,17 @@ fn main() {
         let raw = median(rounds.iter().map(|r| r.1).collect());
         let off = Ours::median(rounds.iter().map(|r| r.2));
         print_row(n, (on, raw, off), "median");
+        let paired = |f: fn(&(Ours, f64, Ours)) -> f64| {
+            let mut ratios: Vec<f64> = rounds.iter().map(f).collect();
+            ratios.sort_by(f64::total_cmp);
+            (ratios[0], ratios[ratios.len() / 2], ratios[ratios.len() - 1])
+        };
+        let (lo, mid, hi) = paired(|r| r.0.rate / r.2.rate);
+        let (cpu_lo, cpu_mid, cpu_hi) = paired(|r| r.2.cpu_us / r.0.cpu_us);
+        println!(
+            "{n:>11} tree on/off, median of the rounds' ratios: {mid:.2} ({lo:.2}-{hi:.2}); \
+             cpu off/on {cpu_mid:.2} ({cpu_lo:.2}-{cpu_hi:.2})"
+        );
         ours_at.push(on.rate);
     }
     println!(
