@@ -5,15 +5,14 @@
 //!   writer thread, hashing, one synced batch per group);
 //! - raw: the same number of OS threads each writing a `WriteBatch` of the same bytes (the
 //!   subject value, a row of the same size and the meta counters) with `sync = true`;
-//! - ours without the Merkle tree (`audit.tree = false`): what the tree costs (on/off), in
-//!   commits/s and in the process's CPU per commit (`cpu off/on`: the CPU a commit takes
-//!   without the tree over with it). Where the commits are CPU-bound (64 committers on 2
-//!   cores) the rate follows the CPU, and the CPU moves far less from round to round.
+//! - ours with the Merkle tree on and off (`audit.tree = false`), interleaved: two trails
+//!   open at once, the committers switching between them every 200 ms, so that what the
+//!   machine does meanwhile falls on both alike. `on/off` is what the tree costs in commits/s,
+//!   `cpu off/on` in the process's CPU per commit.
 //!
 //! Synced writes on a shared machine vary a lot from second to second, so each concurrency
-//! runs [`ROUNDS`] rounds of ours (tree on and off back to back, in turns first) and raw; it
-//! prints every round, the median of ours and of raw and their ratio, the median of the
-//! rounds' on/off ratios with their range, and ours at 64 over ours at 1 (medians). With
+//! runs [`ROUNDS`] rounds; it prints every round, the medians of ours, raw, ours/raw, on/off
+//! and cpu off/on (with the range of the last two), and ours at 64 over ours at 1. With
 //! `TMPDIR` on a tmpfs (`TMPDIR=/dev/shm`) a sync costs next to nothing, so every
 //! concurrency is CPU-bound: on/off is then the tree's whole cost, with no disk to hide it.
 //! `ANKUSA_BENCH_SECS` sets the time per measurement (default 2); `ANKUSA_BENCH_OURS_ONLY=N`
@@ -22,7 +21,7 @@
 //! `audit.max_rows`: with a small N (10000) the trail reaches it within the first round, and
 //! from then on every change prunes the oldest row in its own batch (ours at a ceiling).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -58,14 +57,15 @@ fn main() {
         return;
     }
     println!(
-        "{:>11} {:>14} {:>14} {:>9} {:>14} {:>9} {:>8} {:>8} {:>11}",
+        "{:>11} {:>10} {:>10} {:>9} {:>10} {:>10} {:>7} {:>7} {:>7} {:>10}",
         "committers",
         "ours/s",
         "raw/s",
         "ours/raw",
-        "tree off/s",
+        "tree on/s",
+        "off/s",
         "on/off",
-        "cpu us",
+        "on us",
         "off us",
         "cpu off/on"
     );
@@ -73,35 +73,32 @@ fn main() {
     for n in [1usize, 8, 64] {
         let mut rounds = Vec::with_capacity(ROUNDS);
         for round in 1..=ROUNDS {
-            // Tree on and off back to back, in turns first, so that the disk's drift over a
-            // round falls on both alike.
-            let (on, off) = if round % 2 == 1 {
-                let on = bench_ours(n, run_for, true);
-                (on, bench_ours(n, run_for, false))
-            } else {
-                let off = bench_ours(n, run_for, false);
-                (bench_ours(n, run_for, true), off)
-            };
+            let ours = bench_ours(n, run_for, true);
             let raw = bench_raw(n, run_for);
-            print_row(n, (on, raw, off), &format!("round {round}"));
-            rounds.push((on, raw, off));
+            let pair = bench_tree_on_off(n, run_for);
+            let row = Round { ours, raw, pair };
+            row.print(n, &format!("round {round}"));
+            rounds.push(row);
         }
-        let on = Ours::median(rounds.iter().map(|r| r.0));
-        let raw = median(rounds.iter().map(|r| r.1).collect());
-        let off = Ours::median(rounds.iter().map(|r| r.2));
-        print_row(n, (on, raw, off), "median");
-        let paired = |f: fn(&(Ours, f64, Ours)) -> f64| {
-            let mut ratios: Vec<f64> = rounds.iter().map(f).collect();
-            ratios.sort_by(f64::total_cmp);
-            (ratios[0], ratios[ratios.len() / 2], ratios[ratios.len() - 1])
+        let figure = |f: fn(&Round) -> f64| median(rounds.iter().map(f).collect());
+        let range = |f: fn(&Round) -> f64| {
+            let all: Vec<f64> = rounds.iter().map(f).collect();
+            let lo = all.iter().copied().fold(f64::INFINITY, f64::min);
+            (lo, all.iter().copied().fold(0.0, f64::max))
         };
-        let (lo, mid, hi) = paired(|r| r.0.rate / r.2.rate);
-        let (cpu_lo, cpu_mid, cpu_hi) = paired(|r| r.2.cpu_us / r.0.cpu_us);
+        let (ours, raw) = (figure(|r| r.ours.rate), figure(|r| r.raw));
+        let (on_off, cpu) = (|r: &Round| r.pair.0.rate / r.pair.1.rate, |r: &Round| {
+            r.pair.1.cpu_us / r.pair.0.cpu_us
+        });
+        let ((lo, hi), (cpu_lo, cpu_hi)) = (range(on_off), range(cpu));
         println!(
-            "{n:>11} tree on/off, median of the rounds' ratios: {mid:.2} ({lo:.2}-{hi:.2}); \
-             cpu off/on {cpu_mid:.2} ({cpu_lo:.2}-{cpu_hi:.2})"
+            "{n:>11} median: ours {ours:.0}/s, raw {raw:.0}/s, ours/raw {:.2}; tree on/off {:.2} \
+             ({lo:.2}-{hi:.2}), cpu off/on {:.2} ({cpu_lo:.2}-{cpu_hi:.2})",
+            figure(|r| r.ours.rate / r.raw),
+            figure(on_off),
+            figure(cpu),
         );
-        ours_at.push(on.rate);
+        ours_at.push(ours);
     }
     println!(
         "group commit: ours at 64 / ours at 1 = {:.1}x (medians)",
@@ -109,18 +106,30 @@ fn main() {
     );
 }
 
-/// One line of the table: ours, raw and ours without the tree at `n` committers.
-fn print_row(n: usize, (on, raw, off): (Ours, f64, Ours), what: &str) {
-    println!(
-        "{n:>11} {:>14.0} {raw:>14.0} {:>9.2} {:>14.0} {:>9.2} {:>8.1} {:>8.1} {:>11.2}   {what}",
-        on.rate,
-        on.rate / raw,
-        off.rate,
-        on.rate / off.rate,
-        on.cpu_us,
-        off.cpu_us,
-        off.cpu_us / on.cpu_us
-    );
+/// One round at one concurrency: ours alone, raw, and ours with the tree on and off
+/// interleaved.
+struct Round {
+    ours: Ours,
+    raw: f64,
+    pair: (Ours, Ours),
+}
+
+impl Round {
+    fn print(&self, n: usize, what: &str) {
+        let (on, off) = self.pair;
+        println!(
+            "{n:>11} {:>10.0} {:>10.0} {:>9.2} {:>10.0} {:>10.0} {:>7.2} {:>7.1} {:>7.1} {:>10.2}   {what}",
+            self.ours.rate,
+            self.raw,
+            self.ours.rate / self.raw,
+            on.rate,
+            off.rate,
+            on.rate / off.rate,
+            on.cpu_us,
+            off.cpu_us,
+            off.cpu_us / on.cpu_us
+        );
+    }
 }
 
 fn median(mut figures: Vec<f64>) -> f64 {
@@ -144,36 +153,57 @@ struct Ours {
     cpu_us: f64,
 }
 
-impl Ours {
-    /// The median rate and the median CPU of `rounds` (each apart).
-    fn median(rounds: impl Iterator<Item = Ours> + Clone) -> Ours {
-        Ours {
-            rate: median(rounds.clone().map(|o| o.rate).collect()),
-            cpu_us: median(rounds.map(|o| o.cpu_us).collect()),
-        }
-    }
+/// A trail on a store in `dir`, with the tree on or off.
+fn open_trail(dir: &std::path::Path, tree: bool) -> Trail {
+    let store = ankusa::store::Store::open(dir).unwrap();
+    let options = TrailOptions {
+        limits: Limits {
+            max_rows: env("ANKUSA_BENCH_MAX_ROWS").unwrap_or(Limits::default().max_rows),
+            ..Limits::default()
+        },
+        tree: TreeOptions {
+            enabled: tree,
+            ..TreeOptions::default()
+        },
+        ..TrailOptions::default()
+    };
+    Trail::start(store, options, Arc::new(SystemClock)).unwrap()
+}
+
+/// Committer `c`'s `i`th commit: a source created, with its row.
+async fn commit_one(trail: &Trail, c: usize, i: u64) {
+    let key = format!("c{c}-{i}");
+    trail
+        .commit(
+            Context::new("bench", Some("127.0.0.1".into()), Some(key.clone())),
+            move |tx| {
+                let s = subject(&key);
+                tx.put_json(Cf::Sources, key.clone().into_bytes(), &s)?;
+                let change = Change::new("source.create", format!("sources/{key}"))
+                    .tenant("tenant-0001")
+                    .states(None, Some(s))
+                    .revision(1)
+                    .entity(
+                        json!({"id": key, "tenant": "tenant-0001", "kind": "http", "revision": 1}),
+                    );
+                Ok::<_, CommitError<()>>((change, ()))
+            },
+        )
+        .await
+        .unwrap();
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 fn bench_ours(committers: usize, run_for: Duration, tree: bool) -> Ours {
     let dir = tempfile::tempdir().unwrap();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let store = ankusa::store::Store::open(dir.path()).unwrap();
-        let options = TrailOptions {
-            limits: Limits {
-                max_rows: env("ANKUSA_BENCH_MAX_ROWS").unwrap_or(Limits::default().max_rows),
-                ..Limits::default()
-            },
-            tree: TreeOptions {
-                enabled: tree,
-                ..TreeOptions::default()
-            },
-            ..TrailOptions::default()
-        };
-        let trail = Trail::start(store, options, Arc::new(SystemClock)).unwrap();
+    runtime().block_on(async {
+        let trail = open_trail(dir.path(), tree);
         let stop = Arc::new(AtomicBool::new(false));
         let count = Arc::new(AtomicU64::new(0));
         let mut tasks = vec![];
@@ -182,21 +212,8 @@ fn bench_ours(committers: usize, run_for: Duration, tree: bool) -> Ours {
             tasks.push(tokio::spawn(async move {
                 let mut i = 0u64;
                 while !stop.load(Ordering::Relaxed) {
-                    let key = format!("c{c}-{i}");
+                    commit_one(&trail, c, i).await;
                     i += 1;
-                    trail
-                        .commit(Context::new("bench", Some("127.0.0.1".into()), Some(key.clone())), move |tx| {
-                            let s = subject(&key);
-                            tx.put_json(Cf::Sources, key.clone().into_bytes(), &s)?;
-                            let change = Change::new("source.create", format!("sources/{key}"))
-                                .tenant("tenant-0001")
-                                .states(None, Some(s))
-                                .revision(1)
-                                .entity(json!({"id": key, "tenant": "tenant-0001", "kind": "http", "revision": 1}));
-                            Ok::<_, CommitError<()>>((change, ()))
-                        })
-                        .await
-                        .unwrap();
                     count.fetch_add(1, Ordering::Relaxed);
                 }
             }));
@@ -217,6 +234,63 @@ fn bench_ours(committers: usize, run_for: Duration, tree: bool) -> Ours {
             rate: done as f64 / elapsed.as_secs_f64(),
             cpu_us,
         }
+    })
+}
+
+/// Slots of the interleaved measurement: short, so that the machine's drift (neighbours, the
+/// disk) is alike for both trails.
+const SLOT: Duration = Duration::from_millis(200);
+
+/// Ours with the tree on and ours with it off, both trails open at once: the committers
+/// commit to one trail for a [`SLOT`], then to the other, for `run_for` each, and each slot's
+/// commits, time and process CPU count for its trail. (A commit in flight when the slot ends
+/// finishes in the next one: as much for either trail.)
+fn bench_tree_on_off(committers: usize, run_for: Duration) -> (Ours, Ours) {
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    runtime().block_on(async {
+        let trails = Arc::new([open_trail(dirs[0].path(), true), open_trail(dirs[1].path(), false)]);
+        let (stop, active) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+        let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+        let mut tasks = vec![];
+        for c in 0..committers {
+            let (trails, stop, active, counts) =
+                (trails.clone(), stop.clone(), active.clone(), counts.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let t = active.load(Ordering::Relaxed);
+                    commit_one(&trails[t], c, i).await;
+                    i += 1;
+                    counts[t].fetch_add(1, Ordering::Relaxed);
+                }
+            }));
+        }
+        let (mut elapsed, mut cpu_us) = ([Duration::ZERO; 2], [0.0f64; 2]);
+        let slots = 2 * (run_for.as_millis() / SLOT.as_millis()).max(1);
+        for slot in 0..slots as usize {
+            let t = slot % 2;
+            active.store(t, Ordering::Relaxed);
+            let (started, cpu) = (Instant::now(), cpu::Cpu::now(None));
+            tokio::time::sleep(SLOT).await;
+            elapsed[t] += started.elapsed();
+            cpu_us[t] += cpu::Cpu::now(None).map_or(f64::NAN, |c| c.per_change_since(cpu, 1));
+        }
+        stop.store(true, Ordering::Relaxed);
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let trails = Arc::into_inner(trails).expect("the committers are done");
+        for trail in trails {
+            trail.shutdown().await;
+        }
+        let ours = |t: usize| {
+            let done = counts[t].load(Ordering::Relaxed);
+            Ours {
+                rate: done as f64 / elapsed[t].as_secs_f64(),
+                cpu_us: cpu_us[t] / done.max(1) as f64,
+            }
+        };
+        (ours(0), ours(1))
     })
 }
 

@@ -118,7 +118,7 @@ fn write_rows(dir: &std::path::Path, rows: u64) {
 /// Every row and tree node read once: what verify reads, without checking it.
 fn scan(store: &Store) -> u64 {
     let mut n = 0u64;
-    for prefix in [keys::ROW, keys::TREE] {
+    for prefix in [keys::ROW, keys::TILE, keys::TREE] {
         store
             .scan(Cf::Audit, &[prefix], &[prefix], |_, v| {
                 n += v.len().min(1) as u64;

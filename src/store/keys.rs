@@ -11,6 +11,7 @@
 //! | `p` id:u64             | a pending row: begun, not finished (JSON) |
 //! | `q` id:u64             | the redacted entity of pending row id     |
 //! | `o` seq:u64            | the redacted lifecycle entity of row seq  |
+//! | `l` tile:u64           | leaf hashes of the trail's Merkle tree    |
 //! | `t` index:u64          | a node of the trail's Merkle tree (32 B)  |
 //! | `m:<name>`             | meta (see [`meta`])                       |
 
@@ -22,6 +23,8 @@ pub const PENDING: u8 = b'p';
 pub const PENDING_ENTITY: u8 = b'q';
 /// Prefix of a lifecycle outbox entity key.
 pub const OUTBOX: u8 = b'o';
+/// Prefix of a tile of Merkle tree leaves: tile n holds leaves 16n.. (see `audit::tree`).
+pub const TILE: u8 = b'l';
 /// Prefix of a Merkle tree node key: its stored-hash index (see `audit::tree`).
 pub const TREE: u8 = b't';
 /// Prefix of every meta key.
@@ -147,6 +150,11 @@ pub fn tree_key(index: u64) -> [u8; SEQ_KEY_LEN] {
     seq_key(TREE, index)
 }
 
+/// The key of tile `n` of Merkle tree leaves.
+pub fn tile_key(n: u64) -> [u8; SEQ_KEY_LEN] {
+    seq_key(TILE, n)
+}
+
 /// The key of meta entry `name` (one of [`meta`]).
 pub fn meta_key(name: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(META.len() + name.len());
@@ -212,7 +220,8 @@ mod tests {
         // Every row key sorts before every meta, outbox and pending key, and meta keys
         // sort together, so a scan of one kind never walks into another.
         let last_row = row_key(u64::MAX, u64::MAX);
-        assert!(last_row.as_slice() < meta_key(meta::AUDIT_KEY).as_slice());
+        assert!(last_row.as_slice() < tile_key(0).as_slice());
+        assert!(tile_key(u64::MAX).as_slice() < meta_key(meta::AUDIT_KEY).as_slice());
         assert!(meta_key(meta::AUDIT_USAGE).as_slice() < outbox_key(0).as_slice());
         assert!(outbox_key(u64::MAX).as_slice() < pending_key(0).as_slice());
         assert!(pending_entity_key(u64::MAX).as_slice() < tree_key(0).as_slice());

@@ -148,10 +148,11 @@ fn incarnation_batch(
 /// every row before it. A tree that lags (a backup from before the tree, or taken while it
 /// was off) is caught up with this row at the writer's boot, just after.
 fn join_tree(store: &Store, batch: &mut WriteBatch, row: &Row) -> Result<(), StoreError> {
-    // A store of every node is thinned out at boot first: until then its tree lags this row.
+    // A store of an older layout is brought to tiles at boot first: until then its tree lags
+    // this row.
     let Some(TreeMeta {
         origin,
-        layout: Layout::Thin,
+        layout: Layout::Tiles,
     }) = TreeMeta::read(store)?
     else {
         return Ok(());
@@ -161,12 +162,9 @@ fn join_tree(store: &Store, batch: &mut WriteBatch, row: &Row) -> Result<(), Sto
         return Ok(());
     }
     let value = serde_json::to_vec(row).expect("a row always serializes");
-    Frontier::load(store, origin, size)?.put_nodes(
-        store.cf(Cf::Audit),
-        batch,
-        &keys::row_key(row.seq, row.at),
-        &value,
-    );
+    let (mut tree, audit) = (Frontier::load(store, origin, size)?, store.cf(Cf::Audit));
+    tree.put_nodes(audit, batch, &keys::row_key(row.seq, row.at), &value);
+    tree.flush(audit, batch);
     Ok(())
 }
 

@@ -6,13 +6,14 @@
 //! before the writer serves. When the first row it lacks was pruned meanwhile, the tree starts
 //! again at the oldest retained row. A tree that holds more rows than the trail means rows
 //! were removed behind the writer's back: the node refuses to start, and `ankusa audit verify`
-//! tells which. A store of every node (written before the thin layout) is thinned out first.
+//! tells which. A store of an older layout is brought to tiles first: a store of every node
+//! is thinned out, then the leaves kept under keys of their own are put into tiles.
 
 use std::time::Instant;
 
 use rocksdb::WriteBatch;
 
-use super::{stored_size, Frontier, Layout, TreeMeta};
+use super::{stored_size, Frontier, Layout, Tile, TreeMeta, TILE_WIDTH};
 use crate::store::{keys, Cf, Store, StoreError};
 
 /// Rows appended per batch when the tree catches up.
@@ -50,6 +51,9 @@ pub(crate) fn frontier(store: &Store, last_seq: u64) -> Result<Frontier, StoreEr
                     if layout == Layout::Every {
                         thin_out(store, origin, first_row)?;
                     }
+                    if layout != Layout::Tiles {
+                        tile_leaves(store, origin)?;
+                    }
                     (origin, size)
                 }
             }
@@ -65,7 +69,8 @@ fn start_afresh(store: &Store, origin: u64) -> Result<u64, StoreError> {
     let audit = store.cf(Cf::Audit);
     let mut batch = WriteBatch::default();
     batch.delete_range_cf(audit, [keys::TREE], [keys::TREE + 1]);
-    TreeMeta::put_thin(audit, &mut batch, origin);
+    batch.delete_range_cf(audit, [keys::TILE], [keys::TILE + 1]);
+    TreeMeta::put(audit, &mut batch, origin, Layout::Tiles);
     store.write(batch, true)?;
     Ok(origin)
 }
@@ -88,7 +93,7 @@ fn thin_out(store: &Store, origin: u64, first_row: Option<u64>) -> Result<(), St
             last = Some(k.to_vec());
             if let Some(index) = keys::decode_seq_key(keys::TREE, k) {
                 let (level, _) = tlog_tiles::split_stored_hash_index(index);
-                if !Layout::Thin.stores(level) && !keep.contains(&index) {
+                if level > 0 && !Layout::Thin.stores(level) && !keep.contains(&index) {
                     batch.delete_cf(audit, k);
                     n += 1;
                 }
@@ -97,7 +102,7 @@ fn thin_out(store: &Store, origin: u64, first_row: Option<u64>) -> Result<(), St
         })?;
         deleted += n as u64;
         let Some(mut next) = last.filter(|_| n == CATCH_UP_BATCH) else {
-            TreeMeta::put_thin(audit, &mut batch, origin);
+            TreeMeta::put(audit, &mut batch, origin, Layout::Thin);
             store.write(batch, true)?;
             break;
         };
@@ -110,6 +115,88 @@ fn thin_out(store: &Store, origin: u64, first_row: Option<u64>) -> Result<(), St
         deleted,
         elapsed_ms = started.elapsed().as_millis() as u64,
         "the audit tree keeps its leaves and its subtrees of 16 rows or more"
+    );
+    Ok(())
+}
+
+/// Put the leaves kept under keys of their own into tiles, a tile's leaves and the deletes
+/// of their keys in one batch, in bounded batches, then mark the layout tiles. A tile holds
+/// the run of leaves that ends at its last one (before a gap, pruning left leaves no root
+/// needs). A crash on the way leaves the rest to be done again: the tree reads leaves from
+/// either place meanwhile.
+fn tile_leaves(store: &Store, origin: u64) -> Result<(), StoreError> {
+    let (audit, started) = (store.cf(Cf::Audit), Instant::now());
+    let (mut from, mut tiles) = (vec![keys::TREE], 0u64);
+    loop {
+        let mut batch = WriteBatch::default();
+        let (mut leaves, mut next, mut bad) = (0, None, None);
+        // The tile being gathered: its number and its run of leaves so far.
+        let mut open: Option<(u64, Tile)> = None;
+        store.scan(Cf::Audit, &[keys::TREE], &from, |k, v| {
+            let Some(index) = keys::decode_seq_key(keys::TREE, k) else {
+                return true;
+            };
+            let (0, leaf) = tlog_tiles::split_stored_hash_index(index) else {
+                return true;
+            };
+            let Ok(hash) = <[u8; 32]>::try_from(v).map(tlog_tiles::Hash) else {
+                bad = Some(leaf);
+                return false;
+            };
+            let (n, at) = (leaf / TILE_WIDTH, (leaf % TILE_WIDTH) as u8);
+            match &mut open {
+                Some((m, tile)) if *m == n => {
+                    if tile.first + tile.leaves.len() as u8 != at {
+                        *tile = Tile {
+                            first: at,
+                            leaves: Vec::new(),
+                        };
+                    }
+                    tile.leaves.push(hash);
+                }
+                _ => {
+                    if leaves >= CATCH_UP_BATCH {
+                        // A tile's leaves go in one batch: the next batch starts with this one.
+                        next = Some(k.to_vec());
+                        return false;
+                    }
+                    if let Some((m, tile)) = open.take() {
+                        tile.put(audit, &mut batch, m);
+                        tiles += 1;
+                    }
+                    open = Some((
+                        n,
+                        Tile {
+                            first: at,
+                            leaves: vec![hash],
+                        },
+                    ));
+                }
+            }
+            batch.delete_cf(audit, k);
+            leaves += 1;
+            true
+        })?;
+        if let Some(leaf) = bad {
+            return Err(damaged(format!("leaf {leaf} is not a hash")));
+        }
+        if let Some((m, tile)) = open.take() {
+            tile.put(audit, &mut batch, m);
+            tiles += 1;
+        }
+        let Some(key) = next else {
+            TreeMeta::put(audit, &mut batch, origin, Layout::Tiles);
+            store.write(batch, true)?;
+            break;
+        };
+        store.write(batch, true)?;
+        from = key;
+    }
+    tracing::info!(
+        target: "ankusa::audit",
+        tiles,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "the audit tree keeps its leaves in tiles of 16"
     );
     Ok(())
 }
@@ -149,6 +236,7 @@ fn catch_up(store: &Store, frontier: &mut Frontier, last_seq: u64) -> Result<(),
                 rows < CATCH_UP_BATCH
             },
         )?;
+        frontier.flush(audit, &mut batch);
         // Each batch is whole: a crash between batches leaves a shorter tree, caught up again.
         store.write(batch, true)?;
         if let Some(seq) = gap {

@@ -2,25 +2,28 @@
 //! signed checkpoint (origin, size, root) commits to every row up to its size, and any change,
 //! loss or reordering of a row shows.
 //!
-//! Nodes are stored at their stored-hash indexes (`t`+index), as Go's
-//! `golang.org/x/mod/sumdb/tlog` numbers them (the `tlog_tiles` crate is its port), but not all
-//! of them: every leaf, and every subtree of [`STORED_LEVEL`] levels or more (16 rows). A
-//! smaller subtree is hashed again from its leaves when a proof or the frontier needs it: at
-//! most 8 leaves, read in one scan. So a row costs the store about one node, not
-//! two, and `verify` still names the very row whose leaf differs. A row's nodes have
-//! consecutive indexes, so the writer appends them in the row's own batch, and a batch never
-//! leaves a row outside the tree or the tree ahead of the rows. The leaf input is the row's key
-//! followed by its value: the bytes the store holds, as `audit tail` reads them.
+//! The leaves are stored in tiles of 16 (`l`+tile, see [`stored::Tile`]), and every subtree of
+//! [`STORED_LEVEL`] levels or more (16 rows) under its stored-hash index (`t`+index), as Go's
+//! `golang.org/x/mod/sumdb/tlog` numbers them (the `tlog_tiles` crate is its port). A smaller
+//! subtree is hashed again from its tile's leaves when a proof or the frontier needs it. So a
+//! batch of rows adds one key for the tile they end in (the tile's leaves so far, written
+//! again by each batch until it is full) and one for each 16th row, not a key or two a row:
+//! the syncer's write, which every commit waits behind, inserts that many fewer entries into
+//! the memtable. `verify` still names the very row whose leaf differs. The writer puts a
+//! row's nodes in the row's own batch, and a group's last tile before the group is written,
+//! so a batch never leaves a row outside the tree or the tree ahead of the rows. The leaf input
+//! is the row's key followed by its value: the bytes the store holds, as `audit tail` reads
+//! them.
 //!
 //! The writer keeps the frontier (the compact range: the roots of the complete subtrees that
 //! make up the tree) in memory; it is all an append and a root read. Retention deletes a
 //! row's nodes with the row, all but those the frontier at the oldest retained row still
-//! needs: its stored roots, and the leaves of the 16 rows it sits in. Those, and every node
-//! of a later row, give every root and every proof about the retained rows, never the pruned
-//! rows themselves.
+//! needs: its stored roots, and the tile it sits in. Those, and every node of a later row,
+//! give every root and every proof about the retained rows, never the pruned rows themselves.
 //!
-//! Stores written before this layout hold every node (`m:tree` without `layout`): the node
-//! thins them out at start ([`boot`]), and `verify` checks either layout.
+//! Stores written before tiles keep every node, or the leaves under keys of their own
+//! (`m:tree`'s `layout`): the node brings them to tiles at start ([`boot`]), and `verify`
+//! checks every layout.
 //!
 //! Parts: `stored.rs` is the nodes as stored; `checkpoint.rs` signs and reads checkpoints;
 //! `boot.rs` brings the tree up to the trail at start; `proof.rs` reads inclusion and
@@ -36,8 +39,8 @@ use rocksdb::{ColumnFamily, WriteBatch};
 use serde::{Deserialize, Serialize};
 use tlog_tiles::{Error as TlogError, HashReader};
 
-pub(crate) use stored::{prune, stored_size, Stored};
-pub use stored::{Layout, STORED_LEVEL};
+pub(crate) use stored::{prune, stored_size, Stored, Tile};
+pub use stored::{Layout, STORED_LEVEL, TILE_WIDTH};
 pub use tlog_tiles::Hash;
 
 use tokio_util::sync::CancellationToken;
@@ -92,13 +95,10 @@ impl TreeMeta {
         serde_json::to_vec(self).expect("tree meta always serializes")
     }
 
-    /// Put `m:tree` for a thin tree from `origin` into `batch`.
-    pub(crate) fn put_thin(audit: &ColumnFamily, batch: &mut WriteBatch, origin: u64) {
-        let thin = TreeMeta {
-            origin,
-            layout: Layout::Thin,
-        };
-        batch.put_cf(audit, keys::meta_key(meta::TREE), thin.encode());
+    /// Put `m:tree` for a tree from `origin` of `layout` into `batch`.
+    pub(crate) fn put(audit: &ColumnFamily, batch: &mut WriteBatch, origin: u64, layout: Layout) {
+        let meta = TreeMeta { origin, layout };
+        batch.put_cf(audit, keys::meta_key(meta::TREE), meta.encode());
     }
 }
 
@@ -133,6 +133,10 @@ pub(crate) struct Frontier {
     /// The roots of the complete subtrees making up the tree, largest (leftmost) first, with
     /// their stored-hash indexes.
     nodes: Vec<(u64, Hash)>,
+    /// The leaves of the tile the next leaf joins, as far as [`Frontier::put_nodes`] added
+    /// them, and whether the batch lacks them since (see [`Frontier::flush`]).
+    tile: Tile,
+    unwritten: bool,
 }
 
 impl HashReader for Frontier {
@@ -158,24 +162,29 @@ impl Frontier {
             origin,
             size: 0,
             nodes: Vec::new(),
+            tile: Tile::default(),
+            unwritten: false,
         }
     }
 
     /// The frontier of the stored tree of `size` leaves from `origin`, read from the store.
     pub(crate) fn load(store: &Store, origin: u64, size: u64) -> Result<Frontier, StoreError> {
-        let nodes = if size == 0 {
-            Vec::new()
-        } else {
-            let indexes = tlog_tiles::sub_tree_index(0, size, Vec::new());
-            let hashes = Stored(store)
-                .read_hashes(&indexes)
-                .map_err(|e| tree_damaged(&e))?;
-            indexes.into_iter().zip(hashes).collect()
-        };
+        let indexes = tlog_tiles::sub_tree_index(0, size, Vec::new());
+        let stored = Stored(store);
+        let hashes = stored.read_hashes(&indexes).map_err(|e| tree_damaged(&e))?;
+        let end = size % TILE_WIDTH;
+        let tile = stored
+            .tile(size / TILE_WIDTH, end)
+            .map_err(|e| tree_damaged(&e))?;
+        if u64::from(tile.first) + tile.leaves.len() as u64 != end {
+            return Err(tree_damaged(&TlogError::IndexesNotInTree));
+        }
         Ok(Frontier {
             origin,
             size,
-            nodes,
+            nodes: indexes.into_iter().zip(hashes).collect(),
+            tile,
+            unwritten: false,
         })
     }
 
@@ -246,7 +255,8 @@ impl Frontier {
     }
 
     /// Append the row with `key` and `value` and put the nodes it adds that are stored into
-    /// `batch`.
+    /// `batch`: a subtree of [`STORED_LEVEL`] levels or more at once, the leaf with its tile
+    /// when the tile is full, else by [`Frontier::flush`] once the batch has all its rows.
     pub(crate) fn put_nodes(
         &mut self,
         audit: &ColumnFamily,
@@ -254,11 +264,28 @@ impl Frontier {
         key: &[u8],
         value: &[u8],
     ) {
+        let mut leaf = None;
         self.append(key, value, |level, index, hash| {
-            if Layout::Thin.stores(level) {
+            if level == 0 {
+                leaf = Some(hash);
+            } else if Layout::Tiles.stores(level) {
                 batch.put_cf(audit, keys::tree_key(index), hash.0);
             }
         });
+        self.tile.leaves.extend(leaf);
+        self.unwritten = true;
+        if self.size.is_multiple_of(TILE_WIDTH) {
+            self.flush(audit, batch);
+            self.tile = Tile::default();
+        }
+    }
+
+    /// Put the tile the last leaf joined into `batch`, if the batch lacks its last leaves:
+    /// called once a batch holds all its rows.
+    pub(crate) fn flush(&mut self, audit: &ColumnFamily, batch: &mut WriteBatch) {
+        if std::mem::take(&mut self.unwritten) {
+            self.tile.put(audit, batch, (self.size - 1) / TILE_WIDTH);
+        }
     }
 }
 

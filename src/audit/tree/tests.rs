@@ -49,7 +49,7 @@ fn store_with_rows(n: u64) -> (tempfile::TempDir, Store, Frontier, Vec<Vec<u8>>)
     let mut tree = Frontier::empty(1);
     let mut inputs = Vec::new();
     let mut batch = WriteBatch::default();
-    TreeMeta::put_thin(store.cf(Cf::Audit), &mut batch, 1);
+    TreeMeta::put(store.cf(Cf::Audit), &mut batch, 1, Layout::Tiles);
     for seq in 1..=n {
         let value = format!("{{\"seq\":{seq}}}").into_bytes();
         Frontier::put_row(
@@ -61,13 +61,56 @@ fn store_with_rows(n: u64) -> (tempfile::TempDir, Store, Frontier, Vec<Vec<u8>>)
         );
         inputs.push(leaf_input(&keys::row_key(seq, 1000 + seq), &value));
     }
+    tree.flush(store.cf(Cf::Audit), &mut batch);
     store.write(batch, false).unwrap();
     (dir, store, tree, inputs)
 }
 
-/// Whether the thin layout stores the node at `index`.
-fn thin(index: u64) -> bool {
-    Layout::Thin.stores(tlog_tiles::split_stored_hash_index(index).0)
+/// Whether the node at `index` has a key of its own in a store of tiles.
+fn keyed(index: u64) -> bool {
+    match tlog_tiles::split_stored_hash_index(index) {
+        (0, _) => false,
+        (level, _) => Layout::Tiles.stores(level),
+    }
+}
+
+/// The leaf hash of row `seq` as `store_with_rows` writes it.
+fn leaf_of(seq: u64) -> Hash {
+    leaf_hash(
+        &keys::row_key(seq, 1000 + seq),
+        format!("{{\"seq\":{seq}}}").as_bytes(),
+    )
+}
+
+/// The tiles a store holds: each one's number, first leaf and leaves.
+fn stored_tiles(store: &Store) -> Vec<(u64, u8, Vec<Hash>)> {
+    let mut out = Vec::new();
+    store
+        .scan(Cf::Audit, &[keys::TILE], &[keys::TILE], |k, v| {
+            let n = keys::decode_seq_key(keys::TILE, k).unwrap();
+            let (first, hashes) = Tile::parts(v).unwrap();
+            let leaves = hashes
+                .chunks(32)
+                .map(|h| Hash(h.try_into().unwrap()))
+                .collect();
+            out.push((n, first as u8, leaves));
+            true
+        })
+        .unwrap();
+    out
+}
+
+/// The tiles of the leaves `from..to` (leaf numbers) of rows from seq 1.
+fn tiles_of(from: u64, to: u64) -> Vec<(u64, u8, Vec<Hash>)> {
+    let mut out: Vec<(u64, u8, Vec<Hash>)> = Vec::new();
+    for leaf in from..to {
+        let n = leaf / TILE_WIDTH;
+        match out.last_mut() {
+            Some((m, _, leaves)) if *m == n => leaves.push(leaf_of(leaf + 1)),
+            _ => out.push((n, (leaf % TILE_WIDTH) as u8, vec![leaf_of(leaf + 1)])),
+        }
+    }
+    out
 }
 
 fn stored_indexes(store: &Store) -> Vec<u64> {
@@ -90,8 +133,9 @@ proptest! {
     fn the_stored_tree_agrees_with_an_independent_implementation(n in 1u64..300) {
         let (_dir, store, tree, inputs) = store_with_rows(n);
         prop_assert_eq!(stored_size(&store).unwrap(), n);
-        let want: Vec<u64> = (0..tlog_tiles::stored_hash_count(n)).filter(|&i| thin(i)).collect();
+        let want: Vec<u64> = (0..tlog_tiles::stored_hash_count(n)).filter(|&i| keyed(i)).collect();
         prop_assert_eq!(stored_indexes(&store), want);
+        prop_assert_eq!(stored_tiles(&store), tiles_of(0, n));
         prop_assert_eq!(Frontier::load(&store, 1, n).unwrap(), tree.clone());
         let mut theirs = MemoryBackedTree::<sha2_011::Sha256, Vec<u8>>::new();
         for (i, input) in inputs.iter().enumerate() {
@@ -126,8 +170,8 @@ proptest! {
     }
 
     /// Pruning the oldest rows leaves exactly the stored roots of the frontier at the oldest
-    /// retained row, the leaves of the 16 rows it sits in, and the nodes of the rows after
-    /// it; every root and proof about the retained rows still reads.
+    /// retained row, the tile it sits in, and the nodes of the rows after it; every root and
+    /// proof about the retained rows still reads.
     #[test]
     fn pruning_keeps_what_the_retained_rows_need(n in 2u64..300, cut in 0.0f64..1.0) {
         let (_dir, store, tree, _) = store_with_rows(n);
@@ -141,13 +185,13 @@ proptest! {
         store.write(batch, false).unwrap();
         let kept = first - 1;
         let mut want = tlog_tiles::sub_tree_index(0, kept, Vec::new());
-        let block = kept >> STORED_LEVEL << STORED_LEVEL;
-        want.extend((block..kept).map(|leaf| tlog_tiles::stored_hash_index(0, leaf)));
         want.extend(tlog_tiles::stored_hash_count(kept)..tlog_tiles::stored_hash_count(n));
-        want.retain(|&i| thin(i));
+        want.retain(|&i| keyed(i));
         want.sort_unstable();
         want.dedup();
         prop_assert_eq!(stored_indexes(&store), want);
+        let tile = kept / TILE_WIDTH * TILE_WIDTH;
+        prop_assert_eq!(stored_tiles(&store), tiles_of(tile, n));
         prop_assert_eq!(Frontier::load(&store, 1, n).unwrap().root(), tree.root());
         for seq in first..=n {
             for size in [seq, n] {
@@ -197,7 +241,8 @@ fn a_pruned_tree_refuses_proofs_of_pruned_rows_by_name() {
 }
 
 /// A store of every node, as written before the thin layout, pruned as it was then: the
-/// frontier's roots at the oldest retained row, and every node after it.
+/// frontier's roots at the oldest retained row, and every node after it. `m:tree` as it was
+/// then, without a layout.
 fn store_of_every_node(n: u64, kept: u64) -> (tempfile::TempDir, Store, Frontier) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
@@ -233,16 +278,27 @@ fn a_store_of_every_node_is_thinned_out_at_start_and_proves_as_before() {
     ] {
         let (_dir, store, tree) = store_of_every_node(n, kept);
         let frontier = boot::frontier(&store, n).unwrap();
-        assert_eq!(frontier, tree, "{n} {kept}");
+        assert_eq!((frontier.size, &frontier.nodes), (tree.size, &tree.nodes));
         let meta = TreeMeta::read(&store).unwrap().unwrap();
-        assert_eq!(meta.layout, Layout::Thin);
+        assert_eq!(meta.layout, Layout::Tiles);
+        // The frontier's roots at the oldest retained row keep their keys, the leaf among
+        // them joins its tile.
         let mut want = tlog_tiles::sub_tree_index(0, kept, Vec::new());
+        want.retain(|&i| tlog_tiles::split_stored_hash_index(i).0 > 0);
         want.extend(
             (tlog_tiles::stored_hash_count(kept)..tlog_tiles::stored_hash_count(n))
-                .filter(|&i| thin(i)),
+                .filter(|&i| keyed(i)),
         );
         want.sort_unstable();
         assert_eq!(stored_indexes(&store), want, "{n} {kept}");
+        assert_eq!(
+            stored_tiles(&store),
+            tiles_of(kept - kept % 2, n),
+            "{n} {kept}"
+        );
+        let last = tiles_of((kept - kept % 2).max(n - n % TILE_WIDTH), n).pop();
+        let last = last.map(|(_, _, leaves)| leaves);
+        assert_eq!(frontier.tile.leaves, last.unwrap_or_default());
         let root = tree.root();
         for index in kept..n {
             let proof = tlog_tiles::prove_record(n, index, &Stored(&store)).unwrap();
@@ -253,7 +309,114 @@ fn a_store_of_every_node_is_thinned_out_at_start_and_proves_as_before() {
             );
             tlog_tiles::check_record(&proof, n, root, index, leaf).unwrap();
         }
-        // Started again, it is thin already and reads the same.
-        assert_eq!(boot::frontier(&store, n).unwrap(), tree);
+        // Started again, it is tiled already and reads the same.
+        assert_eq!(boot::frontier(&store, n).unwrap(), frontier);
     }
+}
+
+/// A store of the thin layout (every leaf under its own key), as written before tiles, of
+/// rows from seq 1 to `n`; the tiles below `tiled` already made, as a start cut short leaves
+/// it.
+fn store_of_thin_layout(n: u64, tiled: u64) -> (tempfile::TempDir, Store, Frontier) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let audit = store.cf(Cf::Audit);
+    let mut tree = Frontier::empty(1);
+    let mut batch = WriteBatch::default();
+    batch.put_cf(
+        audit,
+        keys::meta_key(meta::TREE),
+        br#"{"origin":1,"layout":"thin"}"#,
+    );
+    for seq in 1..=n {
+        let (key, value) = (keys::row_key(seq, 1000 + seq), format!("{{\"seq\":{seq}}}"));
+        batch.put_cf(audit, key, &value);
+        tree.append(&key, value.as_bytes(), |level, index, hash| {
+            if (level > 0 || seq > tiled * TILE_WIDTH) && (level == 0 || level >= STORED_LEVEL) {
+                batch.put_cf(audit, keys::tree_key(index), hash.0);
+            }
+        });
+    }
+    for (t, first, leaves) in tiles_of(0, n.min(tiled * TILE_WIDTH)) {
+        Tile { first, leaves }.put(audit, &mut batch, t);
+    }
+    batch.put_cf(audit, keys::meta_key(meta::AUDIT_SEQ), n.to_be_bytes());
+    checkpoint::CheckpointKey::load_or_make(&store, &mut batch, uuid::Uuid::nil()).unwrap();
+    store.write(batch, false).unwrap();
+    (dir, store, tree)
+}
+
+/// What `verify` finds in `store`: the tree's size and root, or the first bad seq.
+fn verified(store: &Store) -> Result<(u64, String), u64> {
+    match verify::verify(store, None, &[], &mut |_, _| {}).unwrap() {
+        verify::Outcome::Verified(s) => Ok((s.size, s.root)),
+        verify::Outcome::Broken { seq, .. } => Err(seq),
+    }
+}
+
+#[test]
+fn a_store_of_the_thin_layout_is_tiled_at_start_even_when_a_start_was_cut_short() {
+    for (n, tiled) in [(300, 0), (300, 7), (40, 2), (40, 3), (16, 1), (1, 0)] {
+        let (_dir, store, tree) = store_of_thin_layout(n, tiled);
+        // Before the start: the stored tree reads and verifies alike, half tiled or not.
+        let root = proof::b64(&tree.root());
+        assert_eq!(verified(&store), Ok((n, root.clone())), "{n} {tiled}");
+        assert_eq!(stored_size(&store).unwrap(), n, "{n} {tiled}");
+        assert_eq!(
+            tlog_tiles::tree_hash(n, &Stored(&store)).unwrap(),
+            tree.root(),
+            "{n} {tiled}"
+        );
+        let frontier = boot::frontier(&store, n).unwrap();
+        assert_eq!((frontier.size, &frontier.nodes), (tree.size, &tree.nodes));
+        assert_eq!(
+            TreeMeta::read(&store).unwrap().unwrap().layout,
+            Layout::Tiles
+        );
+        let want: Vec<u64> = (0..tlog_tiles::stored_hash_count(n))
+            .filter(|&i| keyed(i))
+            .collect();
+        assert_eq!(stored_indexes(&store), want, "{n} {tiled}");
+        assert_eq!(stored_tiles(&store), tiles_of(0, n), "{n} {tiled}");
+        for index in 0..n {
+            let proof = tlog_tiles::prove_record(n, index, &Stored(&store)).unwrap();
+            tlog_tiles::check_record(&proof, n, tree.root(), index, leaf_of(index + 1)).unwrap();
+        }
+        assert_eq!(verified(&store), Ok((n, root)), "{n} {tiled}");
+        // A leaf changed in its tile is named by its row's seq.
+        let seq = n.div_ceil(2);
+        let t = (seq - 1) / TILE_WIDTH;
+        let (_, first, mut leaves) = stored_tiles(&store).remove(t as usize);
+        leaves[((seq - 1) % TILE_WIDTH) as usize].0[7] ^= 1;
+        let mut batch = WriteBatch::default();
+        Tile { first, leaves }.put(store.cf(Cf::Audit), &mut batch, t);
+        store.write(batch, false).unwrap();
+        assert_eq!(verified(&store), Err(seq), "{n} {tiled}");
+    }
+}
+
+/// The writer's batches put a tile once, with the leaves so far: a batch of rows that ends
+/// mid-tile puts it once, and the next batch puts it again with its own leaves after them.
+#[test]
+fn a_batch_puts_the_tile_it_ends_in_once() {
+    let (_dir, store, mut tree, _) = store_with_rows(20);
+    let audit = store.cf(Cf::Audit);
+    let mut batch = WriteBatch::default();
+    for seq in 21..=40 {
+        let value = format!("{{\"seq\":{seq}}}").into_bytes();
+        Frontier::put_row(
+            Some(&mut tree),
+            audit,
+            &mut batch,
+            (seq, 1000 + seq),
+            &value,
+        );
+    }
+    tree.flush(audit, &mut batch);
+    // 20 rows, tile 1 full (rows 17..=32, put once as it fills), tile 2 with rows 33..=40,
+    // and the subtree of rows 17..=32 and that of 1..=32.
+    assert_eq!(batch.len(), 20 + 2 + 2);
+    store.write(batch, false).unwrap();
+    assert_eq!(stored_tiles(&store), tiles_of(0, 40));
+    assert_eq!(Frontier::load(&store, 1, 40).unwrap(), tree);
 }

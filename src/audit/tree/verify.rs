@@ -19,7 +19,7 @@ use tlog_tiles::Hash;
 
 use super::checkpoint::{self, incarnation_of, CheckpointKey, SignedCheckpoint};
 use super::proof::b64;
-use super::{Frontier, Layout, TreeMeta};
+use super::{Frontier, Layout, Tile, TreeMeta, TILE_WIDTH};
 use crate::audit::bounds::usage::Usage;
 use crate::audit::restore::incarnation::History;
 use crate::audit::row::Row;
@@ -70,6 +70,34 @@ fn read_leaves(
     rows.finish()?;
     let _ = tx.send(chunk);
     Ok(())
+}
+
+/// The tiles of leaves as the walk goes through them: the cursor stands at the tile of the
+/// next leaf to check, and moves past a tile once its last stored leaf is checked.
+struct Tiles<'a> {
+    cursor: crate::store::Cursor<'a>,
+}
+
+impl Tiles<'_> {
+    /// Whether leaf `n` is stored in its tile as `hash`; `None` when it has no tile.
+    fn check(&mut self, n: u64, hash: &Hash) -> Option<bool> {
+        let (k, v) = self.cursor.entry()?;
+        if keys::decode_seq_key(keys::TILE, k) != Some(n / TILE_WIDTH) {
+            return None;
+        }
+        let Some((first, hashes)) = Tile::parts(v) else {
+            return Some(false);
+        };
+        let Some(at) = (n % TILE_WIDTH).checked_sub(first) else {
+            return Some(false);
+        };
+        let (at, count) = (at as usize, hashes.len() / 32);
+        let same = at < count && hashes[32 * at..32 * (at + 1)] == hash.0;
+        if same && at + 1 == count {
+            self.cursor.next();
+        }
+        Some(same)
+    }
 }
 
 /// A checkpoint from outside the node (a sink's copy, a witness's), in signed-note text.
@@ -293,6 +321,12 @@ impl Walk {
             0,
             frontier.size(),
         )));
+        let mut tiles = Tiles {
+            cursor: store.cursor(Cf::Audit, &[keys::TILE]),
+        };
+        tiles
+            .cursor
+            .seek(&keys::tile_key(frontier.size() / TILE_WIDTH));
         drop(rows);
         // One thread reads the rows and hashes their leaves, this one checks them against the
         // tree: the two halves of the work, on two cores.
@@ -316,9 +350,17 @@ impl Walk {
                     }
                     let mut parted = false;
                     let layout = self.layout;
+                    let n = frontier.size();
                     frontier.append_hash(leaf.hash, |level, index, hash| {
-                        if !layout.stores(level) {
+                        if parted || (level > 0 && !layout.stores(level)) {
                             return;
+                        }
+                        // A leaf is in its tile, or under its own key in a store not yet tiled.
+                        if level == 0 {
+                            if let Some(same) = tiles.check(n, &hash) {
+                                parted = !same;
+                                return;
+                            }
                         }
                         let stored = nodes.entry().filter(|(nk, _)| *nk == keys::tree_key(index));
                         parted |= stored.is_none_or(|(_, nv)| nv != hash.0);
@@ -350,6 +392,7 @@ impl Walk {
             Err(found) => return Ok(Err(found)),
         };
         nodes.finish()?;
+        tiles.cursor.finish()?;
         let next = frontier.next_seq();
         if next <= last_seq {
             return Ok(Err((
@@ -357,7 +400,7 @@ impl Walk {
                 format!("rows from seq {next} to {last_seq} (m:audit_seq) are missing"),
             )));
         }
-        if nodes.entry().is_some() {
+        if nodes.entry().is_some() || tiles.cursor.entry().is_some() {
             return Ok(Err((
                 next,
                 format!("the tree holds rows from seq {next} on that the trail does not"),

@@ -192,6 +192,9 @@ impl Writer {
                 replies: checkpoint,
             });
         }
+        if let Some(tree) = g.tree.as_mut() {
+            tree.flush(self.store.cf(Cf::Audit), &mut g.batch);
+        }
         let rows = g.seq - self.counters.last_seq;
         self.put_counters(&mut g, rows, advanced);
         let counters = Counters {

@@ -17,7 +17,7 @@ use serde_json::Value;
 use crate::support::trail::*;
 use ankusa::audit::tree::checkpoint::{CheckpointKey, SignedCheckpoint};
 use ankusa::audit::tree::verify::{self, External, ExternalResult, Outcome};
-use ankusa::audit::tree::Layout;
+use ankusa::audit::tree::{Layout, TILE_WIDTH};
 use ankusa::audit::{Row, SystemClock, Trail, TrailOptions, TreeOptions};
 use ankusa::store::{keys, keys::meta, Cf, Store};
 
@@ -294,6 +294,11 @@ impl Fixture {
                         changes.push((keys::tree_key(index).to_vec(), Some(hash.to_vec())));
                     }
                 }
+                for (n, tile) in tiles(&rows) {
+                    if n >= (seq - 1) / TILE_WIDTH {
+                        changes.push((keys::tile_key(n).to_vec(), Some(tile)));
+                    }
+                }
                 // Only the checkpoints can tell: the first seq the last one before it left
                 // out.
                 let vouched = self
@@ -309,8 +314,21 @@ impl Fixture {
     }
 }
 
-/// Every stored node of the tree over `rows`, computed with tlog_tiles, of the levels the
-/// writer stores.
+/// The tiles of leaves over `rows`, as stored: a byte for the first leaf's place (0), then
+/// the leaf hashes, computed with tlog_tiles.
+fn tiles(rows: &[(Vec<u8>, Vec<u8>)]) -> BTreeMap<u64, Vec<u8>> {
+    let mut tiles: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+    for (n, (k, v)) in rows.iter().enumerate() {
+        let tile = tiles
+            .entry(n as u64 / TILE_WIDTH)
+            .or_insert_with(|| vec![0]);
+        tile.extend_from_slice(&tlog_tiles::record_hash(&leaf(k, v)).0);
+    }
+    tiles
+}
+
+/// Every node of the tree over `rows` stored under a key of its own, computed with
+/// tlog_tiles.
 fn tree_nodes(rows: &[(Vec<u8>, Vec<u8>)]) -> BTreeMap<u64, [u8; 32]> {
     struct Map<'a>(&'a BTreeMap<u64, [u8; 32]>);
     impl tlog_tiles::HashReader for Map<'_> {
@@ -330,7 +348,10 @@ fn tree_nodes(rows: &[(Vec<u8>, Vec<u8>)]) -> BTreeMap<u64, [u8; 32]> {
             nodes.insert(start + i as u64, h.0);
         }
     }
-    nodes.retain(|&i, _| Layout::Thin.stores(tlog_tiles::split_stored_hash_index(i).0));
+    nodes.retain(|&i, _| match tlog_tiles::split_stored_hash_index(i) {
+        (0, _) => false,
+        (level, _) => Layout::Tiles.stores(level),
+    });
     nodes
 }
 
