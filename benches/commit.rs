@@ -87,9 +87,10 @@ fn main() {
             (lo, all.iter().copied().fold(0.0, f64::max))
         };
         let (ours, raw) = (figure(|r| r.ours.rate), figure(|r| r.raw));
-        let (on_off, cpu) = (|r: &Round| r.pair.0.rate / r.pair.1.rate, |r: &Round| {
-            r.pair.1.cpu_us / r.pair.0.cpu_us
-        });
+        let (on_off, cpu) = (
+            |r: &Round| r.pair.0.rate / r.pair.1.rate,
+            |r: &Round| r.pair.1.cpu_us / r.pair.0.cpu_us,
+        );
         let ((lo, hi), (cpu_lo, cpu_hi)) = (range(on_off), range(cpu));
         println!(
             "{n:>11} median: ours {ours:.0}/s, raw {raw:.0}/s, ours/raw {:.2}; tree on/off {:.2} \
@@ -222,9 +223,8 @@ fn bench_ours(committers: usize, run_for: Duration, tree: bool) -> Ours {
         tokio::time::sleep(run_for).await;
         let done = count.load(Ordering::Relaxed);
         let elapsed = started.elapsed();
-        let cpu_us = cpu::Cpu::now(None).map_or(f64::NAN, |c| {
-            c.per_change_since(cpu, done as usize)
-        });
+        let cpu_us =
+            cpu::Cpu::now(None).map_or(f64::NAN, |c| c.per_change_since(cpu, done as usize));
         stop.store(true, Ordering::Relaxed);
         for t in tasks {
             t.await.unwrap();
@@ -248,8 +248,14 @@ const SLOT: Duration = Duration::from_millis(200);
 fn bench_tree_on_off(committers: usize, run_for: Duration) -> (Ours, Ours) {
     let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
     runtime().block_on(async {
-        let trails = Arc::new([open_trail(dirs[0].path(), true), open_trail(dirs[1].path(), false)]);
-        let (stop, active) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+        let trails = Arc::new([
+            open_trail(dirs[0].path(), true),
+            open_trail(dirs[1].path(), false),
+        ]);
+        let (stop, active) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicUsize::new(0)),
+        );
         let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
         let mut tasks = vec![];
         for c in 0..committers {
