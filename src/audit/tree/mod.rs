@@ -7,9 +7,9 @@
 //! `golang.org/x/mod/sumdb/tlog` numbers them (the `tlog_tiles` crate is its port). A smaller
 //! subtree is hashed again from its tile's leaves when a proof or the frontier needs it. So a
 //! batch of rows adds one key for the tile they end in (the tile's leaves so far, written
-//! again by each batch until it is full) and one for each 16th row, not a key or two a row:
-//! the syncer's write, which every commit waits behind, inserts that many fewer entries into
-//! the memtable. `verify` still names the very row whose leaf differs. The writer puts a
+//! again by each batch until it is full) and about one for each 8th row (the subtrees of 16
+//! leaves or more they complete), not more than one a row: the syncer's write, which every
+//! commit waits behind, inserts that many fewer entries into the memtable. `verify` still names the very row whose leaf differs. The writer puts a
 //! row's nodes in the row's own batch, and a group's last tile before the group is written,
 //! so a batch never leaves a row outside the tree or the tree ahead of the rows. The leaf input
 //! is the row's key followed by its value: the bytes the store holds, as `audit tail` reads

@@ -9,8 +9,8 @@ use tlog_tiles::{Error as TlogError, Hash, HashReader};
 use crate::store::{keys, Cf, Store, StoreError};
 
 /// Subtrees of this many levels and more are stored under keys of their own; smaller ones
-/// are hashed again from their leaves when read. 4: a row's batch holds about 1/16 of a node
-/// beside its leaf, and a proof hashes at most 15 leaves more.
+/// are hashed again from their leaves when read. 4: a row adds about 1/8 of a node under its
+/// own key beside its leaf in its tile, and a proof hashes at most 15 leaves more.
 pub const STORED_LEVEL: u8 = 4;
 
 /// Leaves a tile holds: those of one subtree of [`STORED_LEVEL`] levels.
