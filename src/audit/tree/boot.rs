@@ -75,9 +75,34 @@ fn start_afresh(store: &Store, origin: u64) -> Result<u64, StoreError> {
     Ok(origin)
 }
 
-/// Delete the nodes a store of every node holds that the thin layout does not, in bounded
-/// batches, then mark the layout thin. The roots of the frontier at the oldest retained row
-/// stay: the leaves below them were pruned. A crash on the way leaves it to be done again.
+/// Rewrite the tree's nodes in bounded batches: `step` fills a batch from the node key it is
+/// given and returns the key the next batch starts at, or `None` when it is done; the last
+/// batch also marks the layout `layout`. Each batch is synced: a crash between two leaves
+/// the rest to be done again at the next start.
+fn in_batches(
+    store: &Store,
+    origin: u64,
+    layout: Layout,
+    mut step: impl FnMut(&[u8], &mut WriteBatch) -> Result<Option<Vec<u8>>, StoreError>,
+) -> Result<(), StoreError> {
+    let mut from = vec![keys::TREE];
+    loop {
+        let mut batch = WriteBatch::default();
+        let next = step(&from, &mut batch)?;
+        if next.is_none() {
+            TreeMeta::put(store.cf(Cf::Audit), &mut batch, origin, layout);
+        }
+        store.write(batch, true)?;
+        match next {
+            Some(key) => from = key,
+            None => return Ok(()),
+        }
+    }
+}
+
+/// Delete the nodes a store of every node holds that the thin layout does not, then mark the
+/// layout thin. The roots of the frontier at the oldest retained row stay: the leaves below
+/// them were pruned.
 fn thin_out(store: &Store, origin: u64, first_row: Option<u64>) -> Result<(), StoreError> {
     let (audit, started) = (store.cf(Cf::Audit), Instant::now());
     let size = stored_size(store)?;
@@ -85,11 +110,10 @@ fn thin_out(store: &Store, origin: u64, first_row: Option<u64>) -> Result<(), St
     let keep: std::collections::HashSet<u64> = tlog_tiles::sub_tree_index(0, retained, Vec::new())
         .into_iter()
         .collect();
-    let (mut from, mut deleted) = (vec![keys::TREE], 0u64);
-    loop {
-        let mut batch = WriteBatch::default();
+    let mut deleted = 0u64;
+    in_batches(store, origin, Layout::Thin, |from, batch| {
         let (mut n, mut last) = (0, None);
-        store.scan(Cf::Audit, &[keys::TREE], &from, |k, _| {
+        store.scan(Cf::Audit, &[keys::TREE], from, |k, _| {
             last = Some(k.to_vec());
             if let Some(index) = keys::decode_seq_key(keys::TREE, k) {
                 let (level, _) = tlog_tiles::split_stored_hash_index(index);
@@ -101,15 +125,12 @@ fn thin_out(store: &Store, origin: u64, first_row: Option<u64>) -> Result<(), St
             n < CATCH_UP_BATCH
         })?;
         deleted += n as u64;
-        let Some(mut next) = last.filter(|_| n == CATCH_UP_BATCH) else {
-            TreeMeta::put(audit, &mut batch, origin, Layout::Thin);
-            store.write(batch, true)?;
-            break;
-        };
-        store.write(batch, true)?;
-        next.push(0);
-        from = next;
-    }
+        // The next batch starts just after the last key this one saw.
+        Ok(last.filter(|_| n == CATCH_UP_BATCH).map(|mut next| {
+            next.push(0);
+            next
+        }))
+    })?;
     tracing::info!(
         target: "ankusa::audit",
         deleted,
@@ -120,19 +141,23 @@ fn thin_out(store: &Store, origin: u64, first_row: Option<u64>) -> Result<(), St
 }
 
 /// Put the leaves kept under keys of their own into tiles, a tile's leaves and the deletes
-/// of their keys in one batch, in bounded batches, then mark the layout tiles. A tile holds
-/// the run of leaves that ends at its last one (before a gap, pruning left leaves no root
-/// needs). A crash on the way leaves the rest to be done again: the tree reads leaves from
-/// either place meanwhile.
+/// of their keys in one batch, then mark the layout tiles. A tile holds the run of leaves
+/// that ends at its last one (before a gap, pruning left leaves no root needs). Until it is
+/// done the tree reads leaves from either place.
 fn tile_leaves(store: &Store, origin: u64) -> Result<(), StoreError> {
     let (audit, started) = (store.cf(Cf::Audit), Instant::now());
-    let (mut from, mut tiles) = (vec![keys::TREE], 0u64);
-    loop {
-        let mut batch = WriteBatch::default();
+    let mut tiles = 0u64;
+    in_batches(store, origin, Layout::Tiles, |from, batch| {
         let (mut leaves, mut next, mut bad) = (0, None, None);
         // The tile being gathered: its number and its run of leaves so far.
         let mut open: Option<(u64, Tile)> = None;
-        store.scan(Cf::Audit, &[keys::TREE], &from, |k, v| {
+        let mut close = |batch: &mut WriteBatch, open: Option<(u64, Tile)>| {
+            if let Some((m, tile)) = open {
+                tile.put(audit, batch, m);
+                tiles += 1;
+            }
+        };
+        store.scan(Cf::Audit, &[keys::TREE], from, |k, v| {
             let Some(index) = keys::decode_seq_key(keys::TREE, k) else {
                 return true;
             };
@@ -160,17 +185,9 @@ fn tile_leaves(store: &Store, origin: u64) -> Result<(), StoreError> {
                         next = Some(k.to_vec());
                         return false;
                     }
-                    if let Some((m, tile)) = open.take() {
-                        tile.put(audit, &mut batch, m);
-                        tiles += 1;
-                    }
-                    open = Some((
-                        n,
-                        Tile {
-                            first: at,
-                            leaves: vec![hash],
-                        },
-                    ));
+                    close(batch, open.take());
+                    let leaves = vec![hash];
+                    open = Some((n, Tile { first: at, leaves }));
                 }
             }
             batch.delete_cf(audit, k);
@@ -180,18 +197,9 @@ fn tile_leaves(store: &Store, origin: u64) -> Result<(), StoreError> {
         if let Some(leaf) = bad {
             return Err(damaged(format!("leaf {leaf} is not a hash")));
         }
-        if let Some((m, tile)) = open.take() {
-            tile.put(audit, &mut batch, m);
-            tiles += 1;
-        }
-        let Some(key) = next else {
-            TreeMeta::put(audit, &mut batch, origin, Layout::Tiles);
-            store.write(batch, true)?;
-            break;
-        };
-        store.write(batch, true)?;
-        from = key;
-    }
+        close(batch, open.take());
+        Ok(next)
+    })?;
     tracing::info!(
         target: "ankusa::audit",
         tiles,

@@ -9,11 +9,11 @@
 //! batch of rows adds one key for the tile they end in (the tile's leaves so far, written
 //! again by each batch until it is full) and about one for each 8th row (the subtrees of 16
 //! leaves or more they complete), not more than one a row: the syncer's write, which every
-//! commit waits behind, inserts that many fewer entries into the memtable. `verify` still names the very row whose leaf differs. The writer puts a
-//! row's nodes in the row's own batch, and a group's last tile before the group is written,
-//! so a batch never leaves a row outside the tree or the tree ahead of the rows. The leaf input
-//! is the row's key followed by its value: the bytes the store holds, as `audit tail` reads
-//! them.
+//! commit waits behind, inserts that many fewer entries into the memtable. `verify` still
+//! names the very row whose leaf differs. The writer puts a row's nodes in the row's own
+//! batch, and a group's last tile before the group is written, so a batch never leaves a row
+//! outside the tree or the tree ahead of the rows. The leaf input is the row's key followed by
+//! its value: the bytes the store holds, as `audit tail` reads them.
 //!
 //! The writer keeps the frontier (the compact range: the roots of the complete subtrees that
 //! make up the tree) in memory; it is all an append and a root read. Retention deletes a

@@ -240,28 +240,46 @@ fn a_pruned_tree_refuses_proofs_of_pruned_rows_by_name() {
     assert!(proof::inclusion(&store, 301, 301, 600).is_ok());
 }
 
-/// A store of every node, as written before the thin layout, pruned as it was then: the
-/// frontier's roots at the oldest retained row, and every node after it. `m:tree` as it was
-/// then, without a layout.
-fn store_of_every_node(n: u64, kept: u64) -> (tempfile::TempDir, Store, Frontier) {
+/// A store as an older layout wrote it: `m:tree` as `tree_meta`, the rows from seq 1 to `n` that
+/// `row` keeps, and the nodes (seq, level, index) that `node` keeps; the frontier after them,
+/// and the batch, unwritten, for more.
+fn store_as_written_before(
+    tree_meta: &[u8],
+    n: u64,
+    row: impl Fn(u64) -> bool,
+    node: impl Fn(u64, u8, u64) -> bool,
+) -> (tempfile::TempDir, Store, Frontier, WriteBatch) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
-    let audit = store.cf(Cf::Audit);
     let mut tree = Frontier::empty(1);
     let mut batch = WriteBatch::default();
-    batch.put_cf(audit, keys::meta_key(meta::TREE), br#"{"origin":1}"#);
-    let roots = tlog_tiles::sub_tree_index(0, kept, Vec::new());
+    let audit = store.cf(Cf::Audit);
+    batch.put_cf(audit, keys::meta_key(meta::TREE), tree_meta);
     for seq in 1..=n {
         let (key, value) = (keys::row_key(seq, 1000 + seq), format!("{{\"seq\":{seq}}}"));
-        if seq > kept {
+        if row(seq) {
             batch.put_cf(audit, key, &value);
         }
-        tree.append(&key, value.as_bytes(), |_, index, hash| {
-            if index >= tlog_tiles::stored_hash_count(kept) || roots.contains(&index) {
+        tree.append(&key, value.as_bytes(), |level, index, hash| {
+            if node(seq, level, index) {
                 batch.put_cf(audit, keys::tree_key(index), hash.0);
             }
         });
     }
+    (dir, store, tree, batch)
+}
+
+/// A store of every node, as written before the thin layout, pruned as it was then: the
+/// frontier's roots at the oldest retained row, and every node after it. `m:tree` as it was
+/// then, without a layout.
+fn store_of_every_node(n: u64, kept: u64) -> (tempfile::TempDir, Store, Frontier) {
+    let roots = tlog_tiles::sub_tree_index(0, kept, Vec::new());
+    let (dir, store, tree, batch) = store_as_written_before(
+        br#"{"origin":1}"#,
+        n,
+        |seq| seq > kept,
+        |_, _, index| index >= tlog_tiles::stored_hash_count(kept) || roots.contains(&index),
+    );
     store.write(batch, false).unwrap();
     (dir, store, tree)
 }
@@ -318,25 +336,16 @@ fn a_store_of_every_node_is_thinned_out_at_start_and_proves_as_before() {
 /// rows from seq 1 to `n`; the tiles below `tiled` already made, as a start cut short leaves
 /// it.
 fn store_of_thin_layout(n: u64, tiled: u64) -> (tempfile::TempDir, Store, Frontier) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
-    let audit = store.cf(Cf::Audit);
-    let mut tree = Frontier::empty(1);
-    let mut batch = WriteBatch::default();
-    batch.put_cf(
-        audit,
-        keys::meta_key(meta::TREE),
+    let (dir, store, tree, mut batch) = store_as_written_before(
         br#"{"origin":1,"layout":"thin"}"#,
+        n,
+        |_| true,
+        |seq, level, _| match level {
+            0 => seq > tiled * TILE_WIDTH,
+            level => level >= STORED_LEVEL,
+        },
     );
-    for seq in 1..=n {
-        let (key, value) = (keys::row_key(seq, 1000 + seq), format!("{{\"seq\":{seq}}}"));
-        batch.put_cf(audit, key, &value);
-        tree.append(&key, value.as_bytes(), |level, index, hash| {
-            if (level > 0 || seq > tiled * TILE_WIDTH) && (level == 0 || level >= STORED_LEVEL) {
-                batch.put_cf(audit, keys::tree_key(index), hash.0);
-            }
-        });
-    }
+    let audit = store.cf(Cf::Audit);
     for (t, first, leaves) in tiles_of(0, n.min(tiled * TILE_WIDTH)) {
         Tile { first, leaves }.put(audit, &mut batch, t);
     }

@@ -19,86 +19,19 @@ use tlog_tiles::Hash;
 
 use super::checkpoint::{self, incarnation_of, CheckpointKey, SignedCheckpoint};
 use super::proof::b64;
-use super::{Frontier, Layout, Tile, TreeMeta, TILE_WIDTH};
+use super::{Frontier, Layout, TreeMeta, TILE_WIDTH};
 use crate::audit::bounds::usage::Usage;
 use crate::audit::restore::incarnation::History;
 use crate::audit::row::Row;
 use crate::store::{keys, keys::meta, Cf, Store, StoreError};
+use reading::{read_leaves, Leaf, Tiles};
+
+mod reading;
 
 /// The action of a checkpoint row (event type `io.ankusa.trail.checkpoint`).
 pub const CHECKPOINT_ACTION: &str = "trail.checkpoint";
 /// The resource of a checkpoint row.
 pub const CHECKPOINT_RESOURCE: &str = "trail";
-
-/// How a checkpoint row's value names its action: rows are written by one serializer, field
-/// by field, so the bytes are always these.
-const CHECKPOINT_MARK: &[u8] = br#""action":"trail.checkpoint""#;
-
-/// A row as the reader hands it to the walk: its seq (`None`: a damaged key), its leaf hash,
-/// and its value when it is a checkpoint row.
-struct Leaf {
-    seq: Option<u64>,
-    hash: Hash,
-    checkpoint: Option<Vec<u8>>,
-}
-
-/// Read the rows from seq `start` on, hash their leaves, and send them in chunks.
-fn read_leaves(
-    store: &Store,
-    start: u64,
-    tx: std::sync::mpsc::SyncSender<Vec<Leaf>>,
-) -> Result<(), StoreError> {
-    const CHUNK: usize = 4096;
-    let mut rows = store.cursor(Cf::Audit, &[keys::ROW]);
-    rows.seek(&keys::row_seek(start));
-    let mut chunk = Vec::with_capacity(CHUNK);
-    while let Some((k, v)) = rows.entry() {
-        chunk.push(Leaf {
-            seq: keys::decode_row_key(k).map(|(s, _)| s),
-            hash: super::leaf_hash(k, v),
-            checkpoint: memchr::memmem::find(v, CHECKPOINT_MARK).map(|_| v.to_vec()),
-        });
-        if chunk.len() == CHUNK
-            && tx
-                .send(std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK)))
-                .is_err()
-        {
-            return Ok(());
-        }
-        rows.next();
-    }
-    rows.finish()?;
-    let _ = tx.send(chunk);
-    Ok(())
-}
-
-/// The tiles of leaves as the walk goes through them: the cursor stands at the tile of the
-/// next leaf to check, and moves past a tile once its last stored leaf is checked.
-struct Tiles<'a> {
-    cursor: crate::store::Cursor<'a>,
-}
-
-impl Tiles<'_> {
-    /// Whether leaf `n` is stored in its tile as `hash`; `None` when it has no tile.
-    fn check(&mut self, n: u64, hash: &Hash) -> Option<bool> {
-        let (k, v) = self.cursor.entry()?;
-        if keys::decode_seq_key(keys::TILE, k) != Some(n / TILE_WIDTH) {
-            return None;
-        }
-        let Some((first, hashes)) = Tile::parts(v) else {
-            return Some(false);
-        };
-        let Some(at) = (n % TILE_WIDTH).checked_sub(first) else {
-            return Some(false);
-        };
-        let (at, count) = (at as usize, hashes.len() / 32);
-        let same = at < count && hashes[32 * at..32 * (at + 1)] == hash.0;
-        if same && at + 1 == count {
-            self.cursor.next();
-        }
-        Some(same)
-    }
-}
 
 /// A checkpoint from outside the node (a sink's copy, a witness's), in signed-note text.
 #[derive(Debug, Clone)]
