@@ -5,7 +5,7 @@
 //! docker-compose.yml's Redis runs with; `always` fsyncs before every reply).
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -25,10 +25,7 @@ impl Redis {
     pub fn start() -> Redis {
         let fsync = std::env::var("ANKUSA_BENCH_REDIS_FSYNC").unwrap_or_else(|_| "everysec".into());
         for _ in 0..5 {
-            let port = TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("a free port")
-                .port();
+            let port = ankusa_sinks::test_support::free_port();
             let dir = tempfile::tempdir().expect("tempdir");
             let mut child = Command::new("redis-server")
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])

@@ -4,7 +4,6 @@
 //! `scripts/tansu` installs it when missing (`scripts/test` and `make bench` call it); set
 //! `TANSU_BIN` to use another binary.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -30,11 +29,7 @@ impl Drop for Broker {
 impl Broker {
     /// Start a broker and wait until it listens.
     pub fn start() -> Broker {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = super::free_port();
         let url = format!("tcp://127.0.0.1:{port}");
         let child = Command::new(tansu().expect(
             "tansu is not installed: run scripts/tansu (cargo install tansu --features dynostore)",

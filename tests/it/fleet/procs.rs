@@ -11,13 +11,7 @@ use serde_json::Value;
 use crate::support::eventually;
 use crate::support::node::ADMIN;
 
-/// A free port on 127.0.0.1 (bound and let go: a child binds it next).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
+pub use ankusa_sinks::test_support::free_port;
 
 /// A child process the test restarts: its command line, log file and the running child.
 pub struct Proc {

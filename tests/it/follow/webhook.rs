@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use ankusa::replica::webhook::{Server, WebhookOptions};
 use ankusa::replica::{FollowError, Metrics};
+use ankusa_sinks::test_support::free_port;
 use ankusa_sinks::{Outcome, Sink, WebhookConfig, WebhookMode, WebhookSink};
 use base64::Engine as _;
 use hmac::Mac as _;
@@ -222,14 +223,6 @@ async fn until_listening(port: u16) {
         },
     )
     .await;
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

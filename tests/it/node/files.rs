@@ -23,11 +23,7 @@ fn mode(path: &Path) -> u32 {
 /// Run `ankusa serve` with its data under `dir` and `stdout` as its stdout until it exits
 /// (at most 60 s); returns whether it succeeded and what it wrote on stderr.
 fn serve_until_exit(dir: &Path, stdout: Stdio) -> (bool, String) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = ankusa_sinks::test_support::free_port();
     let config = dir.join("node.toml");
     let toml = format!(
         "[node]\ndata_dir = \"{}\"\n[api]\nlisten = \"127.0.0.1:{port}\"\n",

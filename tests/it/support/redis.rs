@@ -3,7 +3,7 @@
 //! `scripts/deps` installs redis-server when it is missing.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -25,10 +25,7 @@ impl RedisServer {
             child: None,
         };
         for _ in 0..5 {
-            server.port = TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("a free port")
-                .port();
+            server.port = ankusa_sinks::test_support::free_port();
             if server.launch() {
                 return server;
             }

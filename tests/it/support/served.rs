@@ -33,11 +33,7 @@ impl Drop for Served {
 /// `extra` appended to its config file (more TOML sections), and read `stream`. The
 /// environment's `RUST_LOG` and `NO_COLOR` are left out, so the config alone decides logging.
 pub fn serve(dir: &Path, extra: &str, stream: Stream) -> Served {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = ankusa_sinks::test_support::free_port();
     let config = dir.join("node.toml");
     std::fs::write(
         &config,
