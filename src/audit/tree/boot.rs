@@ -117,7 +117,7 @@ fn thin_out(store: &Store, origin: u64, first_row: Option<u64>) -> Result<(), St
             last = Some(k.to_vec());
             if let Some(index) = keys::decode_seq_key(keys::TREE, k) {
                 let (level, _) = tlog_tiles::split_stored_hash_index(index);
-                if level > 0 && !Layout::Thin.stores(level) && !keep.contains(&index) {
+                if !Layout::Thin.keyed(level) && !keep.contains(&index) {
                     batch.delete_cf(audit, k);
                     n += 1;
                 }

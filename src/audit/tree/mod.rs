@@ -268,7 +268,7 @@ impl Frontier {
         self.append(key, value, |level, index, hash| {
             if level == 0 {
                 leaf = Some(hash);
-            } else if Layout::Tiles.stores(level) {
+            } else if Layout::Tiles.keyed(level) {
                 batch.put_cf(audit, keys::tree_key(index), hash.0);
             }
         });

@@ -31,11 +31,12 @@ pub enum Layout {
 }
 
 impl Layout {
-    /// Whether an inner node at `level` (1 and up) has a key of its own.
-    pub fn stores(self, level: u8) -> bool {
+    /// Whether a node at `level` (a leaf at 0) has a key of its own.
+    pub fn keyed(self, level: u8) -> bool {
         match self {
             Layout::Every => true,
-            Layout::Thin | Layout::Tiles => level >= STORED_LEVEL,
+            Layout::Thin => level == 0 || level >= STORED_LEVEL,
+            Layout::Tiles => level >= STORED_LEVEL,
         }
     }
 }
@@ -96,7 +97,7 @@ pub(crate) fn prune(audit: &ColumnFamily, batch: &mut WriteBatch, origin: u64, s
     for &seq in seqs.iter().filter(|&&s| s >= origin) {
         let k = seq - origin;
         let completed = (k + 1).trailing_zeros() as u8;
-        for level in (1..completed).filter(|&l| Layout::Tiles.stores(l)) {
+        for level in (1..completed).filter(|&l| Layout::Tiles.keyed(l)) {
             // The frontier root it consumed at this level, then its own node there.
             batch.delete_cf(
                 audit,

@@ -68,10 +68,7 @@ fn store_with_rows(n: u64) -> (tempfile::TempDir, Store, Frontier, Vec<Vec<u8>>)
 
 /// Whether the node at `index` has a key of its own in a store of tiles.
 fn keyed(index: u64) -> bool {
-    match tlog_tiles::split_stored_hash_index(index) {
-        (0, _) => false,
-        (level, _) => Layout::Tiles.stores(level),
-    }
+    Layout::Tiles.keyed(tlog_tiles::split_stored_hash_index(index).0)
 }
 
 /// The leaf hash of row `seq` as `store_with_rows` writes it.

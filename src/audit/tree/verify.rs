@@ -19,7 +19,7 @@ use tlog_tiles::Hash;
 
 use super::checkpoint::{self, incarnation_of, CheckpointKey, SignedCheckpoint};
 use super::proof::b64;
-use super::{Frontier, Layout, TreeMeta, TILE_WIDTH};
+use super::{Frontier, Layout, TreeMeta};
 use crate::audit::bounds::usage::Usage;
 use crate::audit::restore::incarnation::History;
 use crate::audit::row::Row;
@@ -254,12 +254,7 @@ impl Walk {
             0,
             frontier.size(),
         )));
-        let mut tiles = Tiles {
-            cursor: store.cursor(Cf::Audit, &[keys::TILE]),
-        };
-        tiles
-            .cursor
-            .seek(&keys::tile_key(frontier.size() / TILE_WIDTH));
+        let mut tiles = Tiles::from_leaf(store, frontier.size());
         drop(rows);
         // One thread reads the rows and hashes their leaves, this one checks them against the
         // tree: the two halves of the work, on two cores.
@@ -285,7 +280,7 @@ impl Walk {
                     let layout = self.layout;
                     let n = frontier.size();
                     frontier.append_hash(leaf.hash, |level, index, hash| {
-                        if parted || (level > 0 && !layout.stores(level)) {
+                        if parted {
                             return;
                         }
                         // A leaf is in its tile, or under its own key in a store not yet tiled.
@@ -294,6 +289,8 @@ impl Walk {
                                 parted = !same;
                                 return;
                             }
+                        } else if !layout.keyed(level) {
+                            return;
                         }
                         let stored = nodes.entry().filter(|(nk, _)| *nk == keys::tree_key(index));
                         parted |= stored.is_none_or(|(_, nv)| nv != hash.0);

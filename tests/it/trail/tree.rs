@@ -348,10 +348,7 @@ fn tree_nodes(rows: &[(Vec<u8>, Vec<u8>)]) -> BTreeMap<u64, [u8; 32]> {
             nodes.insert(start + i as u64, h.0);
         }
     }
-    nodes.retain(|&i, _| match tlog_tiles::split_stored_hash_index(i) {
-        (0, _) => false,
-        (level, _) => Layout::Tiles.stores(level),
-    });
+    nodes.retain(|&i, _| Layout::Tiles.keyed(tlog_tiles::split_stored_hash_index(i).0));
     nodes
 }
 

@@ -54,7 +54,14 @@ pub(super) struct Tiles<'a> {
     pub cursor: Cursor<'a>,
 }
 
-impl Tiles<'_> {
+impl<'a> Tiles<'a> {
+    /// The tiles of `store`, from the one leaf `n` sits in.
+    pub fn from_leaf(store: &'a Store, n: u64) -> Tiles<'a> {
+        let mut cursor = store.cursor(Cf::Audit, &[keys::TILE]);
+        cursor.seek(&keys::tile_key(n / TILE_WIDTH));
+        Tiles { cursor }
+    }
+
     /// Whether leaf `n` is stored in its tile as `hash`; `None` when it has no tile.
     pub fn check(&mut self, n: u64, hash: &Hash) -> Option<bool> {
         let (k, v) = self.cursor.entry()?;
