@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::env::env;
+use crate::figures::{median, spread};
 use ankusa::audit::{
     Change, CommitError, Context, Limits, SystemClock, Trail, TrailOptions, TreeOptions,
 };
@@ -36,6 +37,8 @@ use serde_json::json;
 mod cpu;
 #[path = "shared/env.rs"]
 mod env;
+#[path = "shared/figures.rs"]
+mod figures;
 #[path = "shared/raw.rs"]
 mod raw;
 
@@ -81,11 +84,7 @@ fn main() {
             rounds.push(row);
         }
         let figure = |f: fn(&Round) -> f64| median(rounds.iter().map(f).collect());
-        let range = |f: fn(&Round) -> f64| {
-            let all: Vec<f64> = rounds.iter().map(f).collect();
-            let lo = all.iter().copied().fold(f64::INFINITY, f64::min);
-            (lo, all.iter().copied().fold(0.0, f64::max))
-        };
+        let range = |f: fn(&Round) -> f64| spread(&rounds.iter().map(f).collect::<Vec<_>>());
         let (ours, raw) = (figure(|r| r.ours.rate), figure(|r| r.raw));
         let (on_off, cpu) = (
             |r: &Round| r.pair.0.rate / r.pair.1.rate,
@@ -131,11 +130,6 @@ impl Round {
             off.cpu_us / on.cpu_us
         );
     }
-}
-
-fn median(mut figures: Vec<f64>) -> f64 {
-    figures.sort_by(f64::total_cmp);
-    figures[figures.len() / 2]
 }
 
 /// A subject of about the size of a real source (~300 bytes of JSON).

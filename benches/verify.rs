@@ -18,9 +18,12 @@ use ankusa::store::{keys, keys::meta, Cf, Store};
 use rand::Rng;
 
 use crate::env::env;
+use crate::figures::median;
 
 #[path = "shared/env.rs"]
 mod env;
+#[path = "shared/figures.rs"]
+mod figures;
 #[path = "shared/rows.rs"]
 mod rows;
 
@@ -86,11 +89,6 @@ fn main() {
         proof.0.as_secs_f64() * 1e6,
         proof.1.as_secs_f64() * 1e6
     );
-}
-
-fn median(mut figures: Vec<f64>) -> f64 {
-    figures.sort_by(f64::total_cmp);
-    figures[figures.len() / 2]
 }
 
 /// `rows` trail rows of a source each, as a node writes them, without tree nodes.

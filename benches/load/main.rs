@@ -27,6 +27,8 @@ mod closed;
 mod cpu;
 #[path = "../shared/env.rs"]
 mod env;
+#[path = "../shared/figures.rs"]
+mod figures;
 mod kafka;
 mod node;
 #[path = "../shared/raw.rs"]
@@ -205,9 +207,7 @@ fn latency(load: &tokio::runtime::Runtime, half_rate: f64, run_for: Duration) ->
             p99s.push(k.confirmed_p99);
             failures.merge(k.failures);
         }
-        let (lo, hi) = p99s
-            .iter()
-            .fold((f64::MAX, f64::MIN), |(l, h), p| (l.min(*p), h.max(*p)));
+        let (lo, hi) = figures::spread(&p99s);
         println!(
             "{rate:>8.0} confirmed p99 over {runs} runs: {lo:.2}-{hi:.2} ms (median {:.2})",
             stats::median(p99s.clone())

@@ -78,8 +78,4 @@ pub fn percentile(latencies: &[Duration], p: f64) -> f64 {
     latencies[at].as_secs_f64() * 1000.0
 }
 
-/// The median of `figures` (the upper one of an even count).
-pub fn median(mut figures: Vec<f64>) -> f64 {
-    figures.sort_by(f64::total_cmp);
-    figures[figures.len() / 2]
-}
+pub use crate::figures::median;

@@ -30,6 +30,8 @@ mod backlog;
 mod clock;
 #[path = "../shared/env.rs"]
 mod env;
+#[path = "../shared/figures.rs"]
+mod figures;
 mod kafka;
 mod latency;
 mod memory;
@@ -169,12 +171,10 @@ fn compare() {
                 }
                 p99s.push(s.confirmed.p99);
             }
-            p99s.sort_by(|a, b| a.total_cmp(b));
+            let (min, max) = figures::spread(&p99s);
             println!(
-                "latency commit->confirmed p99 over {runs} runs: min {:.2} ms  median {:.2} ms  max {:.2} ms",
-                p99s[0],
-                p99s[p99s.len() / 2],
-                p99s[p99s.len() - 1]
+                "latency commit->confirmed p99 over {runs} runs: min {min:.2} ms  median {:.2} ms  max {max:.2} ms",
+                figures::median(p99s)
             );
         }
     });

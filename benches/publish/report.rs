@@ -1,6 +1,7 @@
 //! The rounds of a throughput comparison, and the lines that report them.
 
 use crate::clock::Run;
+use crate::figures::median;
 
 /// Rounds of each throughput comparison (after a warm-up round): ours then the bare
 /// baseline, back to back, so both of a round see the same machine; the median round's ratio
@@ -22,10 +23,6 @@ pub fn report(what: &str, baseline: &str, rounds: &[(Run, Run)]) {
             bare.cpu_us,
         );
     }
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(|a, b| a.total_cmp(b));
-        v[v.len() / 2]
-    };
     println!(
         "{what:<13} median ratio {:.2}   cpu per event, bare/ours: median {:.2}",
         median(rounds.iter().map(|(o, b)| o.rate / b.rate).collect()),

@@ -25,6 +25,8 @@ mod backlog;
 mod clock;
 #[path = "../shared/env.rs"]
 mod env;
+#[path = "../shared/figures.rs"]
+mod figures;
 mod follow;
 mod publishing;
 #[allow(dead_code)]
