@@ -10,7 +10,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::api::{self, AdminState, AppState};
+use crate::api::{self, AdminState, AppState, Shared};
 use crate::audit::{SystemClock, Trail, TrailOptions};
 use crate::config::Config;
 use crate::config::RemoteStoreKind;
@@ -161,7 +161,7 @@ async fn serve_on(
     }
     let ready = Arc::new(AtomicBool::new(false));
     let work = TaskTracker::new();
-    let state = AppState {
+    let state = AppState::new(Shared {
         trail: trail.clone(),
         ready: ready.clone(),
         admin: Arc::new(admin),
@@ -173,7 +173,7 @@ async fn serve_on(
         snapshots: snapshots.clone(),
         work: work.clone(),
         backing_up: Arc::new(tokio::sync::Semaphore::new(1)),
-    };
+    });
     tracing::info!(%addr, seq = *trail.committed().borrow(), "node serving");
     ready.store(true, Ordering::Release);
     // Returns once every connection is closed: within `api.shutdown_grace` of `shutdown`.

@@ -43,9 +43,29 @@ use crate::telemetry;
 use auth::{TokenSetupError, Tokens};
 use error::ApiError;
 
-/// What every handler can reach.
+/// What every handler can reach: one allocation shared by every request, so that the
+/// extractors' clones of it are one reference count each.
 #[derive(Clone, Debug)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl AppState {
+    /// The state of a node serving `shared`.
+    pub fn new(shared: Shared) -> AppState {
+        AppState(Arc::new(shared))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// The node's parts the API serves, behind [`AppState`].
+#[derive(Debug)]
+pub struct Shared {
     /// The audit trail (and through it, the store).
     pub trail: Trail,
     /// Whether the node has finished booting and takes changes.
@@ -73,7 +93,7 @@ pub struct AppState {
     pub backing_up: Arc<tokio::sync::Semaphore>,
 }
 
-impl AppState {
+impl Shared {
     /// Run `work` in a task of its own, to the end, and wait for it: a client that goes away
     /// drops the handler, never the change (whose row and effect then go together).
     pub async fn finish<T: Send + 'static>(

@@ -9,7 +9,7 @@
 //! |------------------------|-------------------------------------------|
 //! | `a` seq:u64 at:u64     | a trail row (JSON)                        |
 //! | `p` id:u64             | a pending row: begun, not finished (JSON) |
-//! | `q` id:u64             | the redacted entity of pending row id     |
+//! | `q` id:u64             | the redacted entity of pending delete id  |
 //! | `o` seq:u64            | the redacted lifecycle entity of row seq  |
 //! | `l` tile:u64           | leaf hashes of the trail's Merkle tree    |
 //! | `t` index:u64          | a node of the trail's Merkle tree (32 B)  |

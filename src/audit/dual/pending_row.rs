@@ -13,10 +13,10 @@ use crate::store::{keys, keys::meta, Cf, Store, StoreError};
 pub const PENDING_FORMAT: u32 = 1;
 
 /// A pending row: what a begun change is about to do. Never a secret or a spec, like a row,
-/// nor an entity: the entity its event will carry, redacted, when lifecycle events are on, is
-/// beside it at `q`+id (written in the same batch), and finishing moves it to `o`+seq. It
-/// must be kept until then, because a delete's event carries the subject as it was, which a
-/// settlement after a crash cannot read back.
+/// nor an entity. A delete's entity (redacted, when lifecycle events are on) is beside it at
+/// `q`+id (written in the same batch), and finishing moves it to `o`+seq: a delete's event
+/// carries the subject as it was, which a settlement after a crash cannot read back. Any
+/// other change's entity is the view of the subject it writes, which settlement reads back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PendingRow {
     /// Format version ([`PENDING_FORMAT`]).

@@ -8,6 +8,11 @@
 //! into the trail ([`Begun`]): a finish or settlement then neither reads them back nor decodes
 //! them. What is kept of a group that is not written is forgotten with it, so what is kept is
 //! always the row as written; a row begun by an earlier run is read from the store.
+//!
+//! Only a delete's entity is written beside its pending row (`q`+id). Settlement after a crash
+//! reads any other change's subject back, and a subject whose state hashes to the row's
+//! after_hash has the very view the change's event carries; a deleted subject is gone, so its
+//! entity (the subject as it was) must be kept.
 
 use serde_json::Value;
 use tokio::sync::oneshot;
@@ -38,11 +43,10 @@ pub(crate) fn begin(w: &mut Writer, g: &mut Group, at: u64, req: Begin) -> Answe
     if !exempt && g.backlog_full(&w.limits) {
         return refuse(g, "backlog", reply);
     }
+    let deletes = change.after.is_none();
     let (row, entity) = pending_row_of(w, at, ctx, change);
     let value = serde_json::to_vec(&row).expect("a pending row always serializes");
-    let entity = entity
-        .filter(|_| w.lifecycle)
-        .map(|e| serde_json::to_vec(&e).expect("an entity always serializes"));
+    let entity = entity.filter(|_| w.lifecycle).map(|e| encode(&e));
     // About the size of the row (and entity) it becomes.
     let size = keys::ROW_KEY_LEN + value.len() + entity.as_ref().map_or(0, Vec::len);
     match w.make_room(g, size as u64) {
@@ -59,22 +63,34 @@ pub(crate) fn begin(w: &mut Writer, g: &mut Group, at: u64, req: Begin) -> Answe
             };
         }
     }
-    let id = put_pending(w, g, value, entity.clone());
+    let beside = entity.as_ref().filter(|_| deletes);
+    let id = put_pending(w, g, value, beside);
     let pending = Pending::new(id, row.resource.clone(), abandoned);
-    w.begun.insert(id, Begun { row, entity });
+    let beside = beside.is_some();
+    w.begun.insert(
+        id,
+        Begun {
+            row,
+            entity,
+            beside,
+        },
+    );
     g.begun.push(id);
     Answer::Begun { pending, reply }
 }
 
-/// A pending row and its entity's bytes (`q`+id), as written.
+/// A pending row and its entity's bytes.
 pub(crate) struct Begun {
     row: PendingRow,
     entity: Option<Vec<u8>>,
+    /// Whether the entity may be in the store beside the row (`q`+id).
+    beside: bool,
 }
 
 impl Begun {
-    /// The encoded redacted entity its event is to carry: beside the row, or in the row itself
-    /// when an earlier version wrote it there.
+    /// The encoded redacted entity its event is to carry, where the writer has it: kept since
+    /// its begin in this run, beside the row, or in the row itself when an earlier version
+    /// wrote it there.
     fn entity(&mut self) -> Option<Vec<u8>> {
         match self.row.entity.take() {
             Some(inside) => Some(encode(&inside)),
@@ -119,7 +135,7 @@ fn pending_row_of(
 
 /// Hand out the next pending id and put its row (`value`) and entity into the group, with
 /// `m:pending_seq`.
-fn put_pending(w: &mut Writer, g: &mut Group, value: Vec<u8>, entity: Option<Vec<u8>>) -> u64 {
+fn put_pending(w: &mut Writer, g: &mut Group, value: Vec<u8>, entity: Option<&Vec<u8>>) -> u64 {
     w.last_pending_id += 1;
     let id = w.last_pending_id;
     let key = keys::pending_key(id);
@@ -128,8 +144,9 @@ fn put_pending(w: &mut Writer, g: &mut Group, value: Vec<u8>, entity: Option<Vec
     g.overlay.insert((Cf::Audit, key.to_vec()), Some(value));
     if let Some(entity) = entity {
         let key = keys::pending_entity_key(id);
-        g.batch.put_cf(audit, key, &entity);
-        g.overlay.insert((Cf::Audit, key.to_vec()), Some(entity));
+        g.batch.put_cf(audit, key, entity);
+        g.overlay
+            .insert((Cf::Audit, key.to_vec()), Some(entity.clone()));
     }
     g.batch
         .put_cf(audit, keys::meta_key(meta::PENDING_SEQ), id.to_be_bytes());
@@ -141,7 +158,8 @@ pub(crate) fn finish(w: &mut Writer, g: &mut Group, at: u64, req: FinishReq) -> 
     if req.how == Finish::Refused {
         // A change the other store refused changed nothing: like a refused commit, it
         // leaves no row. Only the pending row (and its entity) goes.
-        remove(w, g, req.id);
+        let beside = w.begun.remove(&req.id).is_none_or(|p| p.beside);
+        remove(w, g, req.id, beside);
         return Answer::Settled {
             row: Ok(None),
             reply: req.reply,
@@ -179,10 +197,14 @@ pub(crate) fn settle(w: &mut Writer, g: &mut Group, at: u64, req: SettleReq) -> 
         Presence::Read(Reading { present, stamp }) => {
             let hash = w.hasher.hash(present.as_ref().map(|p| &p.state));
             if hash == p.row.after_hash {
+                // The subject is as the change wrote it: its view is the change's entity.
+                let entity = p
+                    .entity()
+                    .or_else(|| present.map(|present| encode(&present.view)));
                 Verdict {
                     result: RowResult::Ok,
                     refresh: false,
-                    entity: p.entity(),
+                    entity,
                     stamp,
                 }
             } else if hash == p.row.before_hash {
@@ -238,18 +260,20 @@ fn move_into_trail(
         return Ok(None);
     };
     let verdict = decide(w, &mut p);
-    Ok(Some(into_trail(w, g, at, id, p.row, verdict)))
+    let row = into_trail(w, g, at, p.row, verdict);
+    remove(w, g, id, p.beside);
+    Ok(Some(row))
 }
 
 fn encode(entity: &Value) -> Vec<u8> {
     serde_json::to_vec(entity).expect("an entity always serializes")
 }
 
-/// Delete pending row `id` and its entity in the group's batch.
-fn remove(w: &mut Writer, g: &mut Group, id: u64) {
-    w.begun.remove(&id);
+/// Delete pending row `id` in the group's batch, and its entity when it may be `beside` it.
+fn remove(w: &mut Writer, g: &mut Group, id: u64, beside: bool) {
     let audit = w.store.cf(Cf::Audit);
-    for key in [keys::pending_key(id), keys::pending_entity_key(id)] {
+    let keys = [keys::pending_key(id), keys::pending_entity_key(id)];
+    for key in &keys[..if beside { 2 } else { 1 }] {
         g.batch.delete_cf(audit, key);
         g.overlay.insert((Cf::Audit, key.to_vec()), None);
     }
@@ -278,20 +302,17 @@ fn load(w: &mut Writer, g: &Group, id: u64) -> Result<Option<Begun>, StoreError>
             }
         })?;
     }
-    Ok(Some(Begun { row, entity }))
+    Ok(Some(Begun {
+        row,
+        entity,
+        beside: true,
+    }))
 }
 
-/// Delete pending row `id` and put its trail row (and outbox entity, when published) into the
-/// group's batch under the next seq. Never refused: a change already begun is always
-/// recorded, over a ceiling if it must be.
-fn into_trail(
-    w: &mut Writer,
-    g: &mut Group,
-    at: u64,
-    id: u64,
-    p: PendingRow,
-    verdict: Verdict,
-) -> Box<Row> {
+/// Put pending row `p`'s trail row (and outbox entity, when published) into the group's batch
+/// under the next seq. Never refused: a change already begun is always recorded, over a
+/// ceiling if it must be.
+fn into_trail(w: &mut Writer, g: &mut Group, at: u64, p: PendingRow, verdict: Verdict) -> Box<Row> {
     let Verdict {
         result,
         refresh,
@@ -320,7 +341,6 @@ fn into_trail(
     }
     g.usage.rows += 1;
     g.usage.bytes += bytes;
-    remove(w, g, id);
     Box::new(row)
 }
 

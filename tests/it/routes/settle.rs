@@ -8,9 +8,10 @@ use std::time::Duration;
 use ankusa::audit::{Change, Finish, RowResult, Trail};
 use ankusa::store::{keys, Cf};
 use ankusa::subjects::remote::memory::MemoryStore;
+use ankusa::subjects::remote::RemoteSubject;
 use ankusa::subjects::remote::Versioned;
 use ankusa::subjects::routes::{Route, RoutePatch, RouteStore, Routes};
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::routes::{entity, new_route, redis_store, route_rows, settling, wait_settled, HeldRead};
 use crate::support::redis::RedisServer;
@@ -37,7 +38,7 @@ async fn update_of(
             Some(serde_json::to_value(&after).unwrap()),
         )
         .revision(after.revision)
-        .entity(serde_json::to_value(&after).unwrap())
+        .entity(after.view().unwrap().into_value())
         .locate("route", json!({"tenant": "t1", "id": id}));
     (
         Versioned {
@@ -190,30 +191,90 @@ pub(crate) async fn stopped_with_pending_on(dir: &std::path::Path, store: Arc<Ro
     trail.shutdown().await;
 }
 
-/// A pending row never holds its entity: the entity is beside it (`q`+id, same batch) and
-/// moves to the outbox with the row it settles into.
+/// The pending row `p`+id and its entity beside it `q`+id, as a booting trail finds them.
+fn pending_in_store(trail: &Trail) -> (u64, Value, Option<Value>) {
+    let pending = ankusa::audit::pending_rows(trail.store()).unwrap();
+    let id = pending[0].0;
+    let read = |key: [u8; keys::SEQ_KEY_LEN]| {
+        let bytes = trail.store().get(Cf::Audit, &key).unwrap();
+        bytes.map(|b| serde_json::from_slice::<Value>(&b).unwrap())
+    };
+    let row = read(keys::pending_key(id)).expect("the pending row");
+    (id, row, read(keys::pending_entity_key(id)))
+}
+
+/// A pending update never holds its entity, in it or beside it: settlement reads the route
+/// back, and the route the change wrote has the change's view, which its event carries.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pending_rows_entity_is_beside_it_never_in_it() {
+async fn a_pending_update_keeps_no_entity_and_settles_with_the_routes_view() {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<RouteStore> = Arc::new(MemoryStore::<Route>::default());
     stopped_with_pending_on(dir.path(), store.clone()).await;
     let trail = open_trail(dir.path(), true);
-    let pending = ankusa::audit::pending_rows(trail.store()).unwrap();
-    let id = pending[0].0;
-    let raw = trail
-        .store()
-        .get(Cf::Audit, &keys::pending_key(id))
+    let (id, row, beside) = pending_in_store(&trail);
+    assert!(row.get("entity").is_none(), "{row}");
+    assert_eq!(beside, None);
+    let settling = settling(
+        &trail,
+        store.clone(),
+        Duration::from_millis(100),
+        Duration::from_secs(10),
+    );
+    wait_settled(trail.store(), Duration::from_secs(10)).await;
+    let rows = route_rows(trail.store(), "r1");
+    assert_eq!((rows[1].result, rows[1].publish), (RowResult::Ok, true));
+    let route = store.get("t1", "r1").await.unwrap().into_subject().unwrap();
+    assert_eq!(route.destination, "https://example.test/b");
+    let view = route.view().unwrap().into_value();
+    assert_eq!(entity(trail.store(), rows[1].seq), Some(view));
+    assert!(ankusa::audit::pending_rows(trail.store())
         .unwrap()
+        .is_empty());
+    let gone = trail.store().get(Cf::Audit, &keys::pending_entity_key(id));
+    assert_eq!(gone.unwrap(), None);
+    settling.stop().await;
+    trail.shutdown().await;
+}
+
+/// A pending delete's entity is beside it (`q`+id, same batch), never in it: the route is
+/// gone by the time settlement reads it, and the event carries the route as it was. It moves
+/// to the outbox with the row the pending row settles into.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_deletes_entity_is_beside_it_never_in_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<RouteStore> = Arc::new(MemoryStore::<Route>::default());
+    let trail = open_trail(dir.path(), true);
+    let routes = Routes::new(store.clone(), trail.clone());
+    routes
+        .create(
+            ctx("alice"),
+            "t1".into(),
+            new_route("r1", "https://example.test/a"),
+        )
+        .await
         .unwrap();
-    let raw: serde_json::Value = serde_json::from_slice(&raw).unwrap();
-    assert!(raw.get("entity").is_none(), "{raw}");
-    let beside = trail
-        .store()
-        .get(Cf::Audit, &keys::pending_entity_key(id))
-        .unwrap()
-        .expect("the entity beside the pending row");
-    let beside: serde_json::Value = serde_json::from_slice(&beside).unwrap();
-    assert_eq!(beside["destination"], "https://example.test/b");
+    drop(routes);
+    let found = store.get("t1", "r1").await.unwrap();
+    let version = found.version().expect("route exists");
+    let before = found.into_subject().expect("route exists");
+    let mut was = before.view().unwrap().into_value();
+    was["revision"] = json!(before.revision + 1);
+    let change = Change::new("route.delete", "routes/r1")
+        .tenant("t1")
+        .states(Some(serde_json::to_value(&before).unwrap()), None)
+        .revision(before.revision + 1)
+        .entity(was.clone())
+        .locate("route", json!({"tenant": "t1", "id": "r1"}));
+    let pending = trail.begin::<()>(ctx("alice"), change).await.unwrap();
+    store.delete("t1", "r1", version).await.unwrap();
+    // A crash: the pending row is never finished, not even by its Drop.
+    std::mem::forget(pending);
+    trail.shutdown().await;
+    drop(trail);
+    let trail = open_trail(dir.path(), true);
+    let (id, row, beside) = pending_in_store(&trail);
+    assert!(row.get("entity").is_none(), "{row}");
+    assert_eq!(beside.as_ref(), Some(&was));
     let settling = settling(
         &trail,
         store,
@@ -222,8 +283,9 @@ async fn a_pending_rows_entity_is_beside_it_never_in_it() {
     );
     wait_settled(trail.store(), Duration::from_secs(10)).await;
     let rows = route_rows(trail.store(), "r1");
+    assert_eq!(rows[1].action, "route.delete");
     assert_eq!((rows[1].result, rows[1].publish), (RowResult::Ok, true));
-    assert_eq!(entity(trail.store(), rows[1].seq), Some(beside));
+    assert_eq!(entity(trail.store(), rows[1].seq), Some(was));
     let gone = trail.store().get(Cf::Audit, &keys::pending_entity_key(id));
     assert_eq!(gone.unwrap(), None);
     settling.stop().await;
