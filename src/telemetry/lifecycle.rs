@@ -137,6 +137,15 @@ pub fn position_reported(sink: &str, position: u64, lag: Duration) {
         .set(lag.as_secs() as i64);
 }
 
+/// The persisted position of `sink` as `ankusa_lifecycle_sink_position` shows it (0 before its
+/// first report), read without rendering the registry.
+pub fn sink_position(sink: &str) -> u64 {
+    METRICS
+        .sink_position
+        .get_metric_with_label_values(&[sink])
+        .map_or(0, |g| u64::try_from(g.get()).unwrap_or(0))
+}
+
 /// The sink is in `state`, one of `states`: 1 for it and 0 for the others, so that an alert
 /// can say how long a sink has been in a state.
 pub fn state_reported(sink: &str, state: &str, states: &[&str]) {
@@ -158,4 +167,18 @@ pub(super) fn touch_every_metric() {
     sink_failed("file", "publisher", true);
     position_reported("file", 1, Duration::from_secs(1));
     state_reported("file", "running", &["running", "retrying"]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sinks_position_reads_back_as_reported_and_zero_before() {
+        assert_eq!(sink_position("position-read-back"), 0);
+        position_reported("position-read-back", 42, Duration::ZERO);
+        assert_eq!(sink_position("position-read-back"), 42);
+        let rendered = super::super::render();
+        assert!(rendered.contains("ankusa_lifecycle_sink_position{sink=\"position-read-back\"} 42"));
+    }
 }
