@@ -8,8 +8,8 @@
 //! It is read in process, from the gauge `/metrics` serves
 //! (`telemetry::lifecycle::sink_position`; rendering the whole registry 4,000 times a second
 //! would take a tenth of the machine), on a thread of its own every [`POLL`]: the figure
-//! includes the position write, and is late by at most one poll. A consumer would instead add its own fetch wait and leave out the
-//! position write.
+//! includes the position write, and is late by at most one poll. A consumer would instead
+//! add its own fetch wait and leave out the position write.
 //!
 //! The load is open loop: 64 connections, connection k sending change j at
 //! `t0 + (j * 64 + k) / rate` whether or not the previous one answered (to tokio's timer,

@@ -63,10 +63,9 @@ pub(crate) fn begin(w: &mut Writer, g: &mut Group, at: u64, req: Begin) -> Answe
             };
         }
     }
-    let beside = entity.as_ref().filter(|_| deletes);
-    let id = put_pending(w, g, value, beside);
+    let beside = deletes && entity.is_some();
+    let id = put_pending(w, g, value, entity.as_ref().filter(|_| beside));
     let pending = Pending::new(id, row.resource.clone(), abandoned);
-    let beside = beside.is_some();
     w.begun.insert(
         id,
         Begun {
@@ -272,8 +271,8 @@ fn encode(entity: &Value) -> Vec<u8> {
 /// Delete pending row `id` in the group's batch, and its entity when it may be `beside` it.
 fn remove(w: &mut Writer, g: &mut Group, id: u64, beside: bool) {
     let audit = w.store.cf(Cf::Audit);
-    let keys = [keys::pending_key(id), keys::pending_entity_key(id)];
-    for key in &keys[..if beside { 2 } else { 1 }] {
+    let entity = beside.then(|| keys::pending_entity_key(id));
+    for key in std::iter::once(keys::pending_key(id)).chain(entity) {
         g.batch.delete_cf(audit, key);
         g.overlay.insert((Cf::Audit, key.to_vec()), None);
     }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ankusa::audit::{Change, Finish, RowResult, Trail};
+use ankusa::audit::{Change, Finish, Row, RowResult, Trail};
 use ankusa::store::{keys, Cf};
 use ankusa::subjects::remote::memory::MemoryStore;
 use ankusa::subjects::remote::RemoteSubject;
@@ -191,16 +191,39 @@ pub(crate) async fn stopped_with_pending_on(dir: &std::path::Path, store: Arc<Ro
     trail.shutdown().await;
 }
 
-/// The pending row `p`+id and its entity beside it `q`+id, as a booting trail finds them.
-fn pending_in_store(trail: &Trail) -> (u64, Value, Option<Value>) {
-    let pending = ankusa::audit::pending_rows(trail.store()).unwrap();
-    let id = pending[0].0;
+/// Boot on `dir` and settle the one pending row a crash left there on route r1 of `store`,
+/// holding no entity inside it and `beside` at `q`+id: the trail row it settled into (`ok`,
+/// published) and the entity published with it. Neither `p`+id nor `q`+id stays.
+async fn settle_left_row(
+    dir: &std::path::Path,
+    store: Arc<RouteStore>,
+    beside: Option<&Value>,
+) -> (Row, Option<Value>) {
+    let trail = open_trail(dir, true);
     let read = |key: [u8; keys::SEQ_KEY_LEN]| {
         let bytes = trail.store().get(Cf::Audit, &key).unwrap();
         bytes.map(|b| serde_json::from_slice::<Value>(&b).unwrap())
     };
+    let pending = ankusa::audit::pending_rows(trail.store()).unwrap();
+    let id = pending[0].0;
     let row = read(keys::pending_key(id)).expect("the pending row");
-    (id, row, read(keys::pending_entity_key(id)))
+    assert!(row.get("entity").is_none(), "{row}");
+    assert_eq!(read(keys::pending_entity_key(id)).as_ref(), beside);
+    let settling = settling(
+        &trail,
+        store,
+        Duration::from_millis(100),
+        Duration::from_secs(10),
+    );
+    wait_settled(trail.store(), Duration::from_secs(10)).await;
+    let settled = route_rows(trail.store(), "r1").remove(1);
+    assert_eq!((settled.result, settled.publish), (RowResult::Ok, true));
+    assert_eq!(read(keys::pending_key(id)), None);
+    assert_eq!(read(keys::pending_entity_key(id)), None);
+    let published = entity(trail.store(), settled.seq);
+    settling.stop().await;
+    trail.shutdown().await;
+    (settled, published)
 }
 
 /// A pending update never holds its entity, in it or beside it: settlement reads the route
@@ -210,30 +233,11 @@ async fn a_pending_update_keeps_no_entity_and_settles_with_the_routes_view() {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<RouteStore> = Arc::new(MemoryStore::<Route>::default());
     stopped_with_pending_on(dir.path(), store.clone()).await;
-    let trail = open_trail(dir.path(), true);
-    let (id, row, beside) = pending_in_store(&trail);
-    assert!(row.get("entity").is_none(), "{row}");
-    assert_eq!(beside, None);
-    let settling = settling(
-        &trail,
-        store.clone(),
-        Duration::from_millis(100),
-        Duration::from_secs(10),
-    );
-    wait_settled(trail.store(), Duration::from_secs(10)).await;
-    let rows = route_rows(trail.store(), "r1");
-    assert_eq!((rows[1].result, rows[1].publish), (RowResult::Ok, true));
+    let (settled, published) = settle_left_row(dir.path(), store.clone(), None).await;
+    assert_eq!(settled.action, "route.update");
     let route = store.get("t1", "r1").await.unwrap().into_subject().unwrap();
     assert_eq!(route.destination, "https://example.test/b");
-    let view = route.view().unwrap().into_value();
-    assert_eq!(entity(trail.store(), rows[1].seq), Some(view));
-    assert!(ankusa::audit::pending_rows(trail.store())
-        .unwrap()
-        .is_empty());
-    let gone = trail.store().get(Cf::Audit, &keys::pending_entity_key(id));
-    assert_eq!(gone.unwrap(), None);
-    settling.stop().await;
-    trail.shutdown().await;
+    assert_eq!(published, Some(route.view().unwrap().into_value()));
 }
 
 /// A pending delete's entity is beside it (`q`+id, same batch), never in it: the route is
@@ -271,25 +275,9 @@ async fn a_pending_deletes_entity_is_beside_it_never_in_it() {
     std::mem::forget(pending);
     trail.shutdown().await;
     drop(trail);
-    let trail = open_trail(dir.path(), true);
-    let (id, row, beside) = pending_in_store(&trail);
-    assert!(row.get("entity").is_none(), "{row}");
-    assert_eq!(beside.as_ref(), Some(&was));
-    let settling = settling(
-        &trail,
-        store,
-        Duration::from_millis(100),
-        Duration::from_secs(10),
-    );
-    wait_settled(trail.store(), Duration::from_secs(10)).await;
-    let rows = route_rows(trail.store(), "r1");
-    assert_eq!(rows[1].action, "route.delete");
-    assert_eq!((rows[1].result, rows[1].publish), (RowResult::Ok, true));
-    assert_eq!(entity(trail.store(), rows[1].seq), Some(was));
-    let gone = trail.store().get(Cf::Audit, &keys::pending_entity_key(id));
-    assert_eq!(gone.unwrap(), None);
-    settling.stop().await;
-    trail.shutdown().await;
+    let (settled, published) = settle_left_row(dir.path(), store, Some(&was)).await;
+    assert_eq!(settled.action, "route.delete");
+    assert_eq!(published, Some(was));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
