@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Script;
-use tokio::sync::Mutex;
+use tokio::sync::OnceCell;
 
 use super::{Cas, Found, RemoteStore, RemoteSubject, Versioned};
 use crate::audit::Stamp;
@@ -43,10 +43,12 @@ use crate::store::StoreError;
 /// Write a subject if it is at the expected version (-1: absent), at the next version.
 /// Replies `{1, version}`, or `{0, revision}` on a conflict. A hash written before versions
 /// existed has none: it is at version 0, and the counter is kept above every stored version.
+/// A subject exists while its hash has a `rev` (every write sets one), as `decode` reads it.
 const PUT: &str = r#"
-local exists = redis.call('EXISTS', KEYS[1]) == 1
-local ver = tonumber(redis.call('HGET', KEYS[1], 'ver') or '0')
-local rev = tonumber(redis.call('HGET', KEYS[1], 'rev') or '0')
+local f = redis.call('HMGET', KEYS[1], 'rev', 'ver')
+local exists = f[1] ~= false
+local rev = tonumber(f[1] or '0')
+local ver = tonumber(f[2] or '0')
 local want = tonumber(ARGV[1])
 if (want < 0 and exists) or (want >= 0 and (not exists or ver ~= want)) then
   return {0, rev}
@@ -63,10 +65,11 @@ return {1, n}
 
 /// Delete a subject if it is at the expected version, taking the next version.
 const DELETE: &str = r#"
-if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end
-local ver = tonumber(redis.call('HGET', KEYS[1], 'ver') or '0')
+local f = redis.call('HMGET', KEYS[1], 'rev', 'ver')
+if f[1] == false then return {0, 0} end
+local ver = tonumber(f[2] or '0')
 if ver ~= tonumber(ARGV[1]) then
-  return {0, tonumber(redis.call('HGET', KEYS[1], 'rev') or '0')}
+  return {0, tonumber(f[1])}
 end
 local n = redis.call('INCR', KEYS[3])
 if n <= ver then
@@ -83,9 +86,9 @@ pub struct RedisStore<T> {
     client: redis::Client,
     prefix: String,
     timeout: Duration,
-    /// Made on first use, with the store's name; a tokio mutex because connecting awaits
-    /// while holding it (one connection attempt at a time, not one per caller).
-    conn: Mutex<Option<(ConnectionManager, String)>>,
+    /// Made on first use, with the store's name: one connection attempt at a time, not one
+    /// per caller; a failed attempt leaves it unmade for the next caller to try again.
+    conn: OnceCell<(ConnectionManager, String)>,
     put: Script,
     delete: Script,
     kind: PhantomData<fn() -> T>,
@@ -131,7 +134,7 @@ impl<T: RemoteSubject> RedisStore<T> {
             client,
             prefix: prefix.to_owned(),
             timeout,
-            conn: Mutex::new(None),
+            conn: OnceCell::new(),
             put: Script::new(PUT),
             delete: Script::new(DELETE),
             kind: PhantomData,
@@ -140,10 +143,14 @@ impl<T: RemoteSubject> RedisStore<T> {
 
     /// The connection, and the store's name as events carry it (`redis:<id>`).
     async fn conn(&self) -> Result<(ConnectionManager, String), StoreError> {
-        let mut conn = self.conn.lock().await;
-        if let Some(c) = conn.as_ref() {
-            return Ok(c.clone());
-        }
+        self.conn
+            .get_or_try_init(|| self.connect())
+            .await
+            .map(Clone::clone)
+    }
+
+    /// A new connection, and the store's name.
+    async fn connect(&self) -> Result<(ConnectionManager, String), StoreError> {
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(self.timeout)
             .set_response_timeout(self.timeout)
@@ -157,7 +164,6 @@ impl<T: RemoteSubject> RedisStore<T> {
         .map_err(|_| StoreError::Unavailable("redis: connecting timed out".into()))?
         .map_err(unavailable)?;
         let name = format!("redis:{}", self.store_id(made.clone()).await?);
-        *conn = Some((made.clone(), name.clone()));
         Ok((made, name))
     }
 
@@ -289,7 +295,23 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
     async fn get(&self, tenant: &str, id: &str) -> Result<Found<T>, StoreError> {
         let key = self.key(tenant, id);
         let (mut conn, name) = self.conn().await?;
-        // One transaction: the counter is read in the same step as the subject's absence.
+        // A subject that exists carries its own version: one command.
+        let fields: Fields = redis::cmd("HMGET")
+            .arg(&key)
+            .arg("rev")
+            .arg("ver")
+            .arg("json")
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        if let Some(subject) = decode(&key, fields)? {
+            return Ok(Found {
+                stamp: stamp(&name, subject.version),
+                subject: Some(subject),
+            });
+        }
+        // Absent: read again in one transaction, so that the counter is read in the same
+        // step as the subject's absence (it may have been created meanwhile).
         let (fields, counter): (Fields, Option<u64>) = redis::pipe()
             .atomic()
             .cmd("HMGET")

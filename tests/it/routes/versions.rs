@@ -148,6 +148,80 @@ async fn versions_increase_over_a_delete_a_create_again_and_two_nodes() {
     trail_b.shutdown().await;
 }
 
+/// The Redis store on a hash written before versions existed (no `ver`): it reads at version
+/// 0 with its stored revision, a create over it is refused, and a change at version 0 takes
+/// the next version of the counter. A gone subject reads at the counter's version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_route_from_before_versions_reads_at_version_0_and_takes_the_next() {
+    let redis = RedisServer::start();
+    let store = redis_store(&redis.url());
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let old = json!({"id": "r1", "tenant": "t1", "source": "s1",
+        "destination": "https://example.test/old", "filter": {}, "enabled": true, "revision": 1});
+    let () = redis::pipe()
+        .cmd("HSET")
+        .arg("ankusa:route:{t1}:r1")
+        .arg("rev")
+        .arg(3)
+        .arg("json")
+        .arg(old.to_string())
+        .ignore()
+        .cmd("ZADD")
+        .arg("ankusa:routes:{t1}")
+        .arg(0)
+        .arg("r1")
+        .ignore()
+        .cmd("SET")
+        .arg("ankusa:route:version")
+        .arg(7)
+        .ignore()
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+
+    let found = store.get("t1", "r1").await.unwrap();
+    let held = found.subject.expect("the old hash is a route");
+    assert_eq!((held.version, held.subject.revision), (0, 3));
+    assert_eq!(found.stamp.version, 0);
+    let mut next = held.subject.clone();
+    next.revision = 1;
+    assert_eq!(
+        store.put(&next, None).await.unwrap(),
+        Cas::Conflict { actual: 3 },
+        "a create over it is refused with its revision"
+    );
+    next.destination = "https://example.test/new".into();
+    next.revision = 4;
+    let Cas::Written(stamp) = store.put(&next, Some(0)).await.unwrap() else {
+        panic!("a change at the version read is written");
+    };
+    assert_eq!(stamp.version, 8, "the counter's next");
+    let found = store.get("t1", "r1").await.unwrap();
+    let now = found.subject.expect("written");
+    assert_eq!((now.version, now.subject.revision), (8, 4));
+    assert_eq!(now.subject.destination, "https://example.test/new");
+    assert_eq!(
+        store.delete("t1", "r1", 0).await.unwrap(),
+        Cas::Conflict { actual: 4 },
+        "a delete at a stale version is refused"
+    );
+    let Cas::Written(stamp) = store.delete("t1", "r1", 8).await.unwrap() else {
+        panic!("a delete at the version read is written");
+    };
+    assert_eq!(stamp.version, 9);
+    let gone = store.get("t1", "r1").await.unwrap();
+    assert_eq!(gone.subject, None);
+    assert_eq!(
+        gone.stamp.version, 9,
+        "a gone route reads at the store's version"
+    );
+    assert_eq!(
+        store.delete("t1", "r1", 9).await.unwrap(),
+        Cas::Conflict { actual: 0 }
+    );
+}
+
 /// The memory store's versions continue above the last run's after a restart, though it
 /// keeps nothing: they are at least the clock in microseconds.
 #[tokio::test]
