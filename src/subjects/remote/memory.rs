@@ -109,6 +109,10 @@ impl<T: RemoteSubject + std::fmt::Debug> RemoteStore<T> for MemoryStore<T> {
         })
     }
 
+    async fn exists(&self, tenant: &str, id: &str) -> Result<bool, StoreError> {
+        Ok(self.table().subjects.contains_key(&key(tenant, id)))
+    }
+
     async fn list(
         &self,
         tenant: &str,

@@ -115,6 +115,12 @@ pub trait RemoteStore<T: RemoteSubject>: Send + Sync + std::fmt::Debug {
     /// Subject `id` of `tenant` and the version its state is at.
     async fn get(&self, tenant: &str, id: &str) -> Result<Found<T>, StoreError>;
 
+    /// Whether subject `id` of `tenant` exists: a create's early check (its compare-and-set
+    /// decides), which needs no version.
+    async fn exists(&self, tenant: &str, id: &str) -> Result<bool, StoreError> {
+        Ok(self.get(tenant, id).await?.subject.is_some())
+    }
+
     /// Up to `limit` subjects of `tenant` with ids after `after`, in id order.
     async fn list(
         &self,

@@ -332,6 +332,16 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
         })
     }
 
+    async fn exists(&self, tenant: &str, id: &str) -> Result<bool, StoreError> {
+        let (mut conn, _) = self.conn().await?;
+        redis::cmd("HEXISTS")
+            .arg(self.key(tenant, id))
+            .arg("rev")
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)
+    }
+
     async fn list(
         &self,
         tenant: &str,

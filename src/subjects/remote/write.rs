@@ -78,13 +78,13 @@ impl<T: RemoteSubject> Remote<T> {
         tenant: &str,
         id: &str,
     ) -> Result<(), CommitError<SubjectError>> {
-        match self.store.get(tenant, id).await?.subject {
-            None => Ok(()),
-            Some(_) => Err(SubjectError::Exists {
+        if self.store.exists(tenant, id).await? {
+            return Err(SubjectError::Exists {
                 resource: resource::<T>(id),
             }
-            .into()),
+            .into());
         }
+        Ok(())
     }
 
     /// The dual write of `<kind>.<verb>` from `before` (at the version the change read) to

@@ -111,8 +111,11 @@ impl Tracked<'_> {
                 )
             }
             Op::Get { id } => {
-                let found = self.store.get(tenant, &format!("r{id}")).await.unwrap();
-                return format!("{:?}", found.into_subject());
+                let name = format!("r{id}");
+                let found = self.store.get(tenant, &name).await.unwrap().into_subject();
+                let exists = self.store.exists(tenant, &name).await.unwrap();
+                assert_eq!(exists, found.is_some(), "exists agrees with get");
+                return format!("{found:?}");
             }
         };
         match cas {

@@ -180,6 +180,8 @@ async fn a_redis_route_from_before_versions_reads_at_version_0_and_takes_the_nex
         .await
         .unwrap();
 
+    assert!(store.exists("t1", "r1").await.unwrap());
+    assert!(!store.exists("t1", "r2").await.unwrap());
     let found = store.get("t1", "r1").await.unwrap();
     let held = found.subject.expect("the old hash is a route");
     assert_eq!((held.version, held.subject.revision), (0, 3));
@@ -212,6 +214,7 @@ async fn a_redis_route_from_before_versions_reads_at_version_0_and_takes_the_nex
     assert_eq!(stamp.version, 9);
     let gone = store.get("t1", "r1").await.unwrap();
     assert_eq!(gone.subject, None);
+    assert!(!store.exists("t1", "r1").await.unwrap());
     assert_eq!(
         gone.stamp.version, 9,
         "a gone route reads at the store's version"
