@@ -54,8 +54,13 @@ impl Conn {
     /// Create the connection's subject (which opens the connection); `Err` says what the
     /// node answered instead.
     pub async fn create(&self) -> Result<u64, String> {
+        self.create_as(self.kind).await
+    }
+
+    /// Create the connection's subject of `kind`.
+    pub async fn create_as(&self, kind: Kind) -> Result<u64, String> {
         let c = self.c;
-        let (method, path, body) = match self.kind {
+        let (method, path, body) = match kind {
             Kind::Override => (
                 Method::PUT,
                 format!("{TENANT}/overrides/k{c}"),
@@ -80,8 +85,13 @@ impl Conn {
 
     /// The connection's `i`-th change (i from 1): the seq of its row, or what went wrong.
     pub async fn change(&self, i: u64) -> Result<u64, String> {
+        self.change_as(self.kind, i).await
+    }
+
+    /// The connection's `i`-th change of its subject of `kind`.
+    pub async fn change_as(&self, kind: Kind, i: u64) -> Result<u64, String> {
         let c = self.c;
-        let (method, path, body) = match self.kind {
+        let (method, path, body) = match kind {
             // Created at 1000: 999 and 1000 alternate, so each is a real change.
             Kind::Override => (
                 Method::PUT,

@@ -73,3 +73,76 @@ async fn start_at(start: &Barrier, run_for: Duration) -> Instant {
     start.wait().await;
     Instant::now() + run_for
 }
+
+/// How long each kind has the connections before the other takes them, in an interleaved
+/// measurement.
+pub const SWITCH: Duration = Duration::from_millis(250);
+
+/// Two kinds of change on the same `conns` connections to one node, taking turns every
+/// [`SWITCH`] for `run_for` (rounded up to whole pairs of turns): each connection sends the
+/// kind whose turn it is when it sends. So whatever the machine does meanwhile falls on both
+/// alike, and their ratio holds from run to run where two points measured one after the other
+/// need not. Each kind's rate is its changes begun in its turns over the time of its turns;
+/// a change begun at the end of a turn and answered in the next counts for its own kind, and
+/// as many do so for either kind. No CPU figure: the process's time is not split by kind.
+pub fn interleaved(
+    runtime: &tokio::runtime::Runtime,
+    base: &str,
+    kinds: [Kind; 2],
+    conns: usize,
+    run_for: Duration,
+) -> [Point; 2] {
+    let pairs = run_for.as_secs_f64() / (2.0 * SWITCH.as_secs_f64());
+    let turns = 2 * (pairs.ceil() as u32).max(1);
+    runtime.block_on(async {
+        let start = Arc::new(Barrier::new(conns + 1));
+        let mut tasks = Vec::with_capacity(conns);
+        for c in 0..conns {
+            let conn = Conn::new(base, kinds[0], c);
+            let start = start.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut failures = Failures::default();
+                for kind in kinds {
+                    if let Err(e) = conn.create_as(kind).await {
+                        failures.add(e);
+                    }
+                }
+                // Every connection starts its clock as the barrier lets them all go: the
+                // turns agree to within microseconds.
+                start.wait().await;
+                let t0 = Instant::now();
+                let mut latencies = [Vec::new(), Vec::new()];
+                let mut next = [1u64, 1];
+                loop {
+                    let sent = Instant::now();
+                    let turn = ((sent - t0).as_secs_f64() / SWITCH.as_secs_f64()) as u32;
+                    if turn >= turns {
+                        break;
+                    }
+                    let k = (turn % 2) as usize;
+                    match conn.change_as(kinds[k], next[k]).await {
+                        Ok(_) => latencies[k].push(sent.elapsed()),
+                        Err(e) => failures.add(e),
+                    }
+                    next[k] += 1;
+                }
+                (latencies, failures)
+            }));
+        }
+        start.wait().await;
+        let mut latencies = [Vec::new(), Vec::new()];
+        let mut failures = Failures::default();
+        for t in tasks {
+            let ([a, b], f) = t.await.expect("a connection task");
+            latencies[0].extend(a);
+            latencies[1].extend(b);
+            failures.merge(f);
+        }
+        let each = SWITCH * (turns / 2);
+        let [a, b] = latencies;
+        [
+            Point::of(a, each, (None, None), failures),
+            Point::of(b, each, (None, None), Failures::default()),
+        ]
+    })
+}

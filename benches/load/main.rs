@@ -46,7 +46,7 @@ use crate::changes::Kind;
 use crate::env::{env, part};
 use crate::node::Node;
 use crate::redis::Redis;
-use crate::report::{Series, Table};
+use crate::report::{Mixed, Series, Table};
 use crate::stats::{Failures, Point};
 
 /// The prefix of the load generator's thread names (its CPU time is not the node's).
@@ -64,13 +64,33 @@ fn main() {
         .build()
         .expect("the load generator's runtime");
     if let Ok(one) = std::env::var("ANKUSA_BENCH_POINT") {
+        // Override and route taking turns, once: `mixed` or `mixed-redis`.
+        let store = match one.as_str() {
+            "mixed" => Some("memory"),
+            "mixed-redis" => Some("redis"),
+            _ => None,
+        };
+        if let Some(store) = store {
+            let redis = Redis::start();
+            let [over, route] = interleaved(&load, &redis, store, 1, run_for);
+            println!(
+                "{one}: override {:.0}/s (p99 {:.2} ms), route {:.0}/s (p99 {:.2} ms), route/override {:.2}, {} failed",
+                over.rate,
+                over.p99,
+                route.rate,
+                route.p99,
+                route.rate / over.rate,
+                over.failures.count + route.failures.count
+            );
+            return;
+        }
         // One point alone, once, for a profiler: `<series>:<connections>`.
         let Some((series, n)) = one
             .split_once(':')
             .and_then(|(s, n)| Some((Series::parse(s)?, n.parse().ok()?)))
         else {
             eprintln!(
-                "ANKUSA_BENCH_POINT: expected <series>:<connections>, a series one of {}",
+                "ANKUSA_BENCH_POINT: expected <series>:<connections>, a series one of {}, or mixed, or mixed-redis",
                 Series::names()
             );
             std::process::exit(2);
@@ -93,6 +113,7 @@ fn main() {
             redis.fsync
         );
         let mut table = Table::default();
+        let mut mixed = Mixed::default();
         for round in 1..=rounds {
             for n in CONNS {
                 for series in Series::ALL {
@@ -100,10 +121,19 @@ fn main() {
                     table.add(round, series, n, point);
                 }
             }
+            for store in ["memory", "redis"] {
+                mixed.add(
+                    round,
+                    store,
+                    interleaved(&load, &redis, store, round, run_for),
+                );
+            }
         }
         table.print();
+        mixed.print();
         half_rate = table.max_route_rate() / 2.0;
         failures.merge(table.failures());
+        failures.merge(mixed.failures());
     }
     if part("latency") {
         failures.merge(latency(&load, half_rate, run_for));
@@ -115,6 +145,27 @@ fn main() {
         }
         std::process::exit(1);
     }
+}
+
+/// Override and route changes taking turns on 64 connections to a fresh node whose route
+/// store is `store` (`memory` or `redis`).
+fn interleaved(
+    load: &tokio::runtime::Runtime,
+    redis: &Redis,
+    store: &str,
+    round: usize,
+    run_for: Duration,
+) -> [Point; 2] {
+    let node = Node::start(|v| {
+        if store == "redis" {
+            v["routes"]["store"] = json!("redis");
+            v["routes"]["redis_url"] = json!(redis.url);
+            v["routes"]["key_prefix"] = json!(format!("bench-{round}-mixed:"));
+        }
+    });
+    let points = closed::interleaved(load, &node.base, [Kind::Override, Kind::Route], 64, run_for);
+    node.stop();
+    points
 }
 
 /// One throughput point of `series` at `n` connections, on a fresh node (or raw store).

@@ -198,3 +198,53 @@ pub fn failed(failures: &Failures) -> String {
         format!("  FAILED: {} failures", failures.count)
     }
 }
+
+/// The interleaved measurements (override and route changes taking turns on one node, see
+/// `closed::interleaved`), per route store, one per round.
+#[derive(Default)]
+pub struct Mixed {
+    /// Per store: each round's (override, route) rates.
+    rounds: BTreeMap<&'static str, Vec<(f64, f64)>>,
+    failures: Failures,
+}
+
+impl Mixed {
+    /// Record (and print) round `round`'s override and route points with route store `store`.
+    pub fn add(&mut self, round: usize, store: &'static str, points: [Point; 2]) {
+        let [over, route] = points;
+        for (what, p) in [("override", &over), ("route", &route)] {
+            println!(
+                "round {round}  64 conns {what:<8} taking turns, route store {store:<6} {:>9.0}/s  p50 {:>7.2} ms  p99 {:>7.2} ms{}",
+                p.rate,
+                p.p50,
+                p.p99,
+                failed(&p.failures)
+            );
+        }
+        self.rounds
+            .entry(store)
+            .or_default()
+            .push((over.rate, route.rate));
+        self.failures.merge(over.failures);
+        self.failures.merge(route.failures);
+    }
+
+    /// Each store's route / override, per round and their median.
+    pub fn print(&self) {
+        for (store, rounds) in &self.rounds {
+            let ratios: Vec<f64> = rounds.iter().map(|(o, r)| r / o).collect();
+            let m = median(ratios.clone());
+            let shown: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+            println!(
+                "route ({store}) / override, 64 conns taking turns {m:>6.2} (rounds {}; target >= 0.8: {})",
+                shown.join(", "),
+                if m >= 0.8 { "met" } else { "not met" }
+            );
+        }
+    }
+
+    /// Every measurement's failures.
+    pub fn failures(&mut self) -> Failures {
+        std::mem::take(&mut self.failures)
+    }
+}
