@@ -8,7 +8,9 @@
 //!    is a fresh node on a fresh store; every request must be a real change (its status and
 //!    an `X-Audit-Seq`), and failures are counted and printed.
 //! 2. The ratios, per round and their median: route/override at 64 connections, and
-//!    route at 64 / route at 1, for both route stores.
+//!    route at 64 / route at 1, for both route stores. Each round also measures override and
+//!    route changes taking turns every 250 ms on one node (`closed::interleaved`), for both
+//!    stores: a slow spell of the machine then falls on both kinds alike.
 //! 3. Commit to Kafka-confirmed (see `kafka.rs`): route changes at 1,000/s and at half the
 //!    highest route rate of part 1, `ANKUSA_BENCH_LATENCY_RUNS` runs each, with the HTTP p99
 //!    of each run beside its confirmed p99, so commit and delivery tails are told apart.
@@ -18,7 +20,8 @@
 //! `ANKUSA_BENCH_SECS` is the time per point (default 3); `ANKUSA_BENCH_ONLY` picks parts
 //! (`throughput,latency`; without throughput, the half rate is `ANKUSA_BENCH_HALF_RATE`,
 //! default 1,000); `ANKUSA_BENCH_REDIS_FSYNC` is the Redis `appendfsync` (default everysec);
-//! `ANKUSA_BENCH_POINT=route:64` measures one point alone, once (for a profiler).
+//! `ANKUSA_BENCH_POINT=route:64` measures one point alone, once (for a profiler);
+//! `ANKUSA_BENCH_POINT=mixed` (or `mixed-redis`) the two kinds taking turns, once.
 //! A run with a failure exits with status 1.
 
 mod changes;

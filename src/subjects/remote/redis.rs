@@ -143,10 +143,7 @@ impl<T: RemoteSubject> RedisStore<T> {
 
     /// The connection, and the store's name as events carry it (`redis:<id>`).
     async fn conn(&self) -> Result<(ConnectionManager, String), StoreError> {
-        self.conn
-            .get_or_try_init(|| self.connect())
-            .await
-            .map(Clone::clone)
+        self.conn.get_or_try_init(|| self.connect()).await.cloned()
     }
 
     /// A new connection, and the store's name.
