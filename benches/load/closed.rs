@@ -101,10 +101,10 @@ pub fn interleaved(
             let conn = Conn::new(base, kinds[0], c);
             let start = start.clone();
             tasks.push(tokio::spawn(async move {
-                let mut failures = Failures::default();
-                for kind in kinds {
+                let mut failures = [Failures::default(), Failures::default()];
+                for (k, kind) in kinds.into_iter().enumerate() {
                     if let Err(e) = conn.create_as(kind).await {
-                        failures.add(e);
+                        failures[k].add(e);
                     }
                 }
                 // Every connection starts its clock as the barrier lets them all go: the
@@ -122,7 +122,7 @@ pub fn interleaved(
                     let k = (turn % 2) as usize;
                     match conn.change_as(kinds[k], next[k]).await {
                         Ok(_) => latencies[k].push(sent.elapsed()),
-                        Err(e) => failures.add(e),
+                        Err(e) => failures[k].add(e),
                     }
                     next[k] += 1;
                 }
@@ -131,18 +131,22 @@ pub fn interleaved(
         }
         start.wait().await;
         let mut latencies = [Vec::new(), Vec::new()];
-        let mut failures = Failures::default();
+        let mut failures = [Failures::default(), Failures::default()];
         for t in tasks {
-            let ([a, b], f) = t.await.expect("a connection task");
-            latencies[0].extend(a);
-            latencies[1].extend(b);
-            failures.merge(f);
+            let (l, f) = t.await.expect("a connection task");
+            for ((all, mine), (fails, my_fails)) in
+                latencies.iter_mut().zip(l).zip(failures.iter_mut().zip(f))
+            {
+                all.extend(mine);
+                fails.merge(my_fails);
+            }
         }
         let each = SWITCH * (turns / 2);
         let [a, b] = latencies;
+        let [fa, fb] = failures;
         [
-            Point::of(a, each, (None, None), failures),
-            Point::of(b, each, (None, None), Failures::default()),
+            Point::of(a, each, (None, None), fa),
+            Point::of(b, each, (None, None), fb),
         ]
     })
 }

@@ -161,14 +161,20 @@ fn interleaved(
 ) -> [Point; 2] {
     let node = Node::start(|v| {
         if store == "redis" {
-            v["routes"]["store"] = json!("redis");
-            v["routes"]["redis_url"] = json!(redis.url);
-            v["routes"]["key_prefix"] = json!(format!("bench-{round}-mixed:"));
+            routes_on(v, redis, &format!("bench-{round}-mixed:"));
         }
     });
     let points = closed::interleaved(load, &node.base, [Kind::Override, Kind::Route], 64, run_for);
     node.stop();
     points
+}
+
+/// A node config's routes in `redis` under `prefix`: one of its own per measurement, so
+/// that each starts with no routes.
+fn routes_on(v: &mut serde_json::Value, redis: &Redis, prefix: &str) {
+    v["routes"]["store"] = json!("redis");
+    v["routes"]["redis_url"] = json!(redis.url);
+    v["routes"]["key_prefix"] = json!(prefix);
 }
 
 /// One throughput point of `series` at `n` connections, on a fresh node (or raw store).
@@ -182,12 +188,7 @@ fn measure(
 ) -> Point {
     let node = match series {
         Series::Raw => return raw_point(n, run_for),
-        Series::RouteRedis => Node::start(|v| {
-            v["routes"]["store"] = json!("redis");
-            v["routes"]["redis_url"] = json!(redis.url);
-            // A prefix per point: each starts with no routes.
-            v["routes"]["key_prefix"] = json!(format!("bench-{round}-{n}:"));
-        }),
+        Series::RouteRedis => Node::start(|v| routes_on(v, redis, &format!("bench-{round}-{n}:"))),
         _ => Node::start(|_| {}),
     };
     let kind = match series {

@@ -151,18 +151,7 @@ impl Table {
 
     fn ratio(&self, what: &str, a: (Series, usize), b: (Series, usize), target: Option<f64>) {
         let (rounds, m) = self.paired(a, b);
-        let rounds: Vec<String> = rounds.iter().map(|r| format!("{r:.2}")).collect();
-        let verdict = match target {
-            Some(t) => format!(
-                "; target >= {t}: {}",
-                if m >= t { "met" } else { "not met" }
-            ),
-            None => String::new(),
-        };
-        println!(
-            "{what:<40} {m:>6.2} (rounds {}{verdict})",
-            rounds.join(", ")
-        );
+        print_ratio(what, &rounds, m, target);
     }
 
     /// The highest median route rate (memory store) over the concurrencies.
@@ -188,6 +177,22 @@ impl Table {
         }
         all
     }
+}
+
+/// One ratio: its median, every round's value, and whether it meets `target`.
+fn print_ratio(what: &str, rounds: &[f64], median: f64, target: Option<f64>) {
+    let rounds: Vec<String> = rounds.iter().map(|r| format!("{r:.2}")).collect();
+    let verdict = match target {
+        Some(t) => format!(
+            "; target >= {t}: {}",
+            if median >= t { "met" } else { "not met" }
+        ),
+        None => String::new(),
+    };
+    println!(
+        "{what:<49} {median:>6.2} (rounds {}{verdict})",
+        rounds.join(", ")
+    );
 }
 
 /// `"  FAILED: n"` after a figure whose measurement had failures, else nothing.
@@ -233,13 +238,8 @@ impl Mixed {
     pub fn print(&self) {
         for (store, rounds) in &self.rounds {
             let ratios: Vec<f64> = rounds.iter().map(|(o, r)| r / o).collect();
-            let m = median(ratios.clone());
-            let shown: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
-            println!(
-                "route ({store}) / override, 64 conns taking turns {m:>6.2} (rounds {}; target >= 0.8: {})",
-                shown.join(", "),
-                if m >= 0.8 { "met" } else { "not met" }
-            );
+            let what = format!("route ({store}) / override, 64 conns taking turns");
+            print_ratio(&what, &ratios, median(ratios.clone()), Some(0.8));
         }
     }
 

@@ -222,6 +222,13 @@ fn stamp(name: &str, version: u64) -> Stamp {
 /// A stored hash's `rev`, `ver` and `json`.
 type Fields = (Option<u64>, Option<u64>, Option<String>);
 
+/// The read of a stored hash's [`Fields`].
+fn read_fields(key: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd("HMGET");
+    cmd.arg(key).arg("rev").arg("ver").arg("json");
+    cmd
+}
+
 /// A stored hash as a subject; the store's `rev` is the truth. A hash written before versions
 /// existed is at version 0.
 fn decode<T: RemoteSubject>(
@@ -293,11 +300,7 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
         let key = self.key(tenant, id);
         let (mut conn, name) = self.conn().await?;
         // A subject that exists carries its own version: one command.
-        let fields: Fields = redis::cmd("HMGET")
-            .arg(&key)
-            .arg("rev")
-            .arg("ver")
-            .arg("json")
+        let fields: Fields = read_fields(&key)
             .query_async(&mut conn)
             .await
             .map_err(unavailable)?;
@@ -311,11 +314,7 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
         // step as the subject's absence (it may have been created meanwhile).
         let (fields, counter): (Fields, Option<u64>) = redis::pipe()
             .atomic()
-            .cmd("HMGET")
-            .arg(&key)
-            .arg("rev")
-            .arg("ver")
-            .arg("json")
+            .add_command(read_fields(&key))
             .cmd("GET")
             .arg(self.counter_key())
             .query_async(&mut conn)
@@ -370,11 +369,7 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
             };
             let mut pipe = redis::pipe();
             for id in &ids {
-                pipe.cmd("HMGET")
-                    .arg(self.key(tenant, id))
-                    .arg("rev")
-                    .arg("ver")
-                    .arg("json");
+                pipe.add_command(read_fields(&self.key(tenant, id)));
             }
             let found: Vec<Fields> = pipe.query_async(&mut conn).await.map_err(unavailable)?;
             for (id, fields) in ids.iter().zip(found) {
