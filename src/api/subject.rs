@@ -114,8 +114,9 @@ pub fn found(view: Option<Redacted>, resource: &str) -> Result<Response, ApiErro
 /// The answer to a write: `status` with the subject's view (or 204 after a delete).
 pub fn written(status: StatusCode, outcome: SubjectChange) -> Response {
     let mut response = match outcome.view {
-        Some(view) => {
-            let mut response = (status, Json(view)).into_response();
+        Some(json) => {
+            let content_type = [(header::CONTENT_TYPE, "application/json")];
+            let mut response = (status, content_type, json).into_response();
             set_etag(&mut response, outcome.revision);
             response
         }

@@ -1,5 +1,6 @@
 //! The trail's row, the change a caller describes, and reading rows back in seq order.
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -128,8 +129,9 @@ pub struct Change {
     pub after: Option<Value>,
     /// The subject's change counter after the change.
     pub revision: Option<u64>,
-    /// The redacted entity a lifecycle event carries (routes and sources only).
-    pub entity: Option<Value>,
+    /// The redacted entity a lifecycle event carries (routes and sources only), as JSON:
+    /// encoded once by the caller, whose API answer is the same bytes.
+    pub entity: Option<Bytes>,
     /// For a dual write: the subject's kind (`route`) and where its store finds it, so that
     /// settlement can read its present state (see [`crate::audit::Reconcile`]).
     pub locator: Option<(String, Value)>,
@@ -175,8 +177,14 @@ impl Change {
     }
 
     /// Set the redacted lifecycle entity.
-    pub fn entity(mut self, entity: Value) -> Change {
-        self.entity = Some(entity);
+    pub fn entity(self, entity: Value) -> Change {
+        let json = serde_json::to_vec(&entity).expect("a JSON value always serializes");
+        self.entity_json(json.into())
+    }
+
+    /// Set the redacted lifecycle entity, already encoded as JSON.
+    pub fn entity_json(mut self, json: Bytes) -> Change {
+        self.entity = Some(json);
         self
     }
 

@@ -49,7 +49,7 @@ pub(crate) fn unchanged<S: Subject>(current: &S) -> CommitError<SubjectError> {
         Ok(view) => CommitError::Refused(SubjectError::Unchanged(Box::new(SubjectChange {
             seq: None,
             revision: current.revision(),
-            view: Some(view),
+            view: Some(view.to_json()),
         }))),
         Err(e) => e,
     }
@@ -95,6 +95,7 @@ pub(crate) fn apply<S: Subject>(
         None => tx.delete(kind.cf(), key)?,
     }
     let after_view = effect.after.as_ref().map(view).transpose()?;
+    let after_json = after_view.as_ref().map(Redacted::to_json);
     let mut change = Change::new(
         format!("{}.{}", kind.name(), effect.verb),
         kind.resource(id),
@@ -108,22 +109,20 @@ pub(crate) fn apply<S: Subject>(
     change.detail = effect.detail;
     if S::LIFECYCLE {
         // A delete's event carries the subject as it was, at the delete's revision.
-        let entity = match (&after_view, &effect.before) {
-            (Some(v), _) => Some(v.clone()),
-            (None, Some(before)) => Some(view(before)?.with_revision(revision)),
+        let entity = match (&after_json, &effect.before) {
+            (Some(json), _) => Some(json.clone()),
+            (None, Some(before)) => Some(view(before)?.with_revision(revision).to_json()),
             (None, None) => None,
         };
         if let Some(entity) = entity {
             // This node's own store: the writer derives the version from the row's seq.
-            change = change
-                .entity(entity.into_value())
-                .versioning(Versioning::Local);
+            change = change.entity_json(entity).versioning(Versioning::Local);
         }
     }
     let outcome = SubjectChange {
         seq: None,
         revision,
-        view: after_view,
+        view: after_json,
     };
     Ok((change, outcome))
 }

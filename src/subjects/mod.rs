@@ -36,12 +36,12 @@ pub mod snapshot;
 pub mod sources;
 pub mod sources_remote;
 
+use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::audit::CommitError;
 use crate::store::Cf;
-use redact::Redacted;
 
 pub(crate) use change::{
     apply, commit_change, load, remove, require, snapshot_item, unchanged, Effect,
@@ -191,8 +191,8 @@ pub struct SubjectChange {
     pub seq: Option<u64>,
     /// The subject's revision after the change (for a delete: that of its row).
     pub revision: u64,
-    /// The subject after the change, redacted.
-    pub view: Option<Redacted>,
+    /// The subject after the change, redacted and encoded as JSON ([`redact::Redacted::to_json`]).
+    pub view: Option<Bytes>,
 }
 
 /// The result of a change.

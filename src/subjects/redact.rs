@@ -6,6 +6,7 @@
 //! `"[redacted]"` (so the view keeps the subject's shape and shows *that* a secret is set);
 //! one that is not set reads as `null`.
 
+use bytes::Bytes;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -32,6 +33,12 @@ impl Redacted {
     /// The view as JSON.
     pub fn as_value(&self) -> &Value {
         &self.0
+    }
+
+    /// The view encoded as JSON: the body of the API's answer and its event's entity, the
+    /// same bytes.
+    pub fn to_json(&self) -> Bytes {
+        Bytes::from(serde_json::to_vec(&self.0).expect("a JSON value always serializes"))
     }
 
     /// The view as JSON, owned.

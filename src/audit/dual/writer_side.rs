@@ -14,6 +14,7 @@
 //! after_hash has the very view the change's event carries; a deleted subject is gone, so its
 //! entity (the subject as it was) must be kept.
 
+use bytes::Bytes;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
@@ -46,9 +47,9 @@ pub(crate) fn begin(w: &mut Writer, g: &mut Group, at: u64, req: Begin) -> Answe
     let deletes = change.after.is_none();
     let (row, entity) = pending_row_of(w, at, ctx, change);
     let value = serde_json::to_vec(&row).expect("a pending row always serializes");
-    let entity = entity.filter(|_| w.lifecycle).map(|e| encode(&e));
+    let entity = entity.filter(|_| w.lifecycle);
     // About the size of the row (and entity) it becomes.
-    let size = keys::ROW_KEY_LEN + value.len() + entity.as_ref().map_or(0, Vec::len);
+    let size = keys::ROW_KEY_LEN + value.len() + entity.as_ref().map_or(0, Bytes::len);
     match w.make_room(g, size as u64) {
         Ok(fits) => {
             if !fits && !exempt {
@@ -81,7 +82,7 @@ pub(crate) fn begin(w: &mut Writer, g: &mut Group, at: u64, req: Begin) -> Answe
 /// A pending row and its entity's bytes.
 pub(crate) struct Begun {
     row: PendingRow,
-    entity: Option<Vec<u8>>,
+    entity: Option<Bytes>,
     /// Whether the entity may be in the store beside the row (`q`+id).
     beside: bool,
 }
@@ -90,7 +91,7 @@ impl Begun {
     /// The encoded redacted entity its event is to carry, where the writer has it: kept since
     /// its begin in this run, beside the row, or in the row itself when an earlier version
     /// wrote it there.
-    fn entity(&mut self) -> Option<Vec<u8>> {
+    fn entity(&mut self) -> Option<Bytes> {
         match self.row.entity.take() {
             Some(inside) => Some(encode(&inside)),
             None => self.entity.take(),
@@ -105,7 +106,7 @@ fn pending_row_of(
     at: u64,
     ctx: Context,
     change: Change,
-) -> (PendingRow, Option<Value>) {
+) -> (PendingRow, Option<Bytes>) {
     let (kind, locator) = change
         .locator
         .map(|(k, l)| (Some(k), Some(l)))
@@ -134,7 +135,7 @@ fn pending_row_of(
 
 /// Hand out the next pending id and put its row (`value`) and entity into the group, with
 /// `m:pending_seq`.
-fn put_pending(w: &mut Writer, g: &mut Group, value: Vec<u8>, entity: Option<&Vec<u8>>) -> u64 {
+fn put_pending(w: &mut Writer, g: &mut Group, value: Vec<u8>, entity: Option<&Bytes>) -> u64 {
     w.last_pending_id += 1;
     let id = w.last_pending_id;
     let key = keys::pending_key(id);
@@ -145,7 +146,7 @@ fn put_pending(w: &mut Writer, g: &mut Group, value: Vec<u8>, entity: Option<&Ve
         let key = keys::pending_entity_key(id);
         g.batch.put_cf(audit, key, entity);
         g.overlay
-            .insert((Cf::Audit, key.to_vec()), Some(entity.clone()));
+            .insert((Cf::Audit, key.to_vec()), Some(entity.to_vec()));
     }
     g.batch
         .put_cf(audit, keys::meta_key(meta::PENDING_SEQ), id.to_be_bytes());
@@ -230,7 +231,7 @@ struct Verdict {
     /// Flagged for a state refresh: the entity is the present state, not the change's.
     refresh: bool,
     /// The encoded entity its event carries (`None`: no event).
-    entity: Option<Vec<u8>>,
+    entity: Option<Bytes>,
     /// The subject's version the event carries.
     stamp: Option<Stamp>,
 }
@@ -264,8 +265,8 @@ fn move_into_trail(
     Ok(Some(row))
 }
 
-fn encode(entity: &Value) -> Vec<u8> {
-    serde_json::to_vec(entity).expect("an entity always serializes")
+fn encode(entity: &Value) -> Bytes {
+    Bytes::from(serde_json::to_vec(entity).expect("an entity always serializes"))
 }
 
 /// Delete pending row `id` in the group's batch, and its entity when it may be `beside` it.
@@ -303,7 +304,7 @@ fn load(w: &mut Writer, g: &Group, id: u64) -> Result<Option<Begun>, StoreError>
     }
     Ok(Some(Begun {
         row,
-        entity,
+        entity: entity.map(Bytes::from),
         beside: true,
     }))
 }

@@ -46,9 +46,9 @@ impl Writer {
             action: CHECKPOINT_ACTION.into(),
             resource: CHECKPOINT_RESOURCE.into(),
             detail,
-            entity: Some(entity),
             ..Change::default()
-        };
+        }
+        .entity(entity);
         let staged = Staged::new(self.stamper(), g.seq + 1, at, &Context::system(), change);
         // A system row: never refused, over a ceiling if it must be.
         let Admitted::Row(row) = self.admit(g, staged, true, Vec::new()) else {

@@ -2,9 +2,10 @@
 //!
 //! The writer needs the row's encoded size before it accepts the change: the ceilings are in
 //! bytes, and room is made (or the change refused) before the row takes its seq. So the row
-//! and its outbox entity are encoded once, here, measured, and put into the batch only if the
-//! change is accepted.
+//! is encoded once, here, measured with its outbox entity (which the caller encoded, off this
+//! thread), and put into the batch only if the change is accepted.
 
+use bytes::Bytes;
 use rocksdb::ColumnFamily;
 
 use super::group::Group;
@@ -27,7 +28,7 @@ pub(crate) struct Stamper<'a> {
 pub(crate) struct Staged {
     row: Row,
     value: Vec<u8>,
-    entity: Option<Vec<u8>>,
+    entity: Option<Bytes>,
 }
 
 impl Staged {
@@ -94,10 +95,7 @@ impl Staged {
             tracestate: ctx.trace.as_ref().and_then(|t| t.tracestate.clone()),
         };
         let value = serde_json::to_vec(&row).expect("a row always serializes");
-        let entity = match (publish, change.entity) {
-            (true, Some(e)) => Some(serde_json::to_vec(&e).expect("an entity always serializes")),
-            _ => None,
-        };
+        let entity = change.entity.filter(|_| publish);
         Staged { row, value, entity }
     }
 

@@ -55,7 +55,7 @@ impl<T: RemoteSubject> Remote<T> {
         Ok(SubjectChange {
             seq: None,
             revision: before.revision(),
-            view: Some(view(before)?),
+            view: Some(view(before)?.to_json()),
         })
     }
 
@@ -110,18 +110,19 @@ impl<T: RemoteSubject> Remote<T> {
             return Err(CommitError::StoreUnavailable);
         }
         let revision = before.as_ref().map_or(0, |b| b.revision()) + 1;
-        let after_view = after.as_ref().map(view).transpose()?;
+        // Encoded once: the answer's body and the event's entity are the same bytes.
+        let after_json = after.as_ref().map(view).transpose()?.map(|v| v.to_json());
         // A delete's event carries the subject as it was, at the delete's revision.
-        let entity = match (&after_view, &before) {
-            (Some(v), _) => v.clone(),
-            (None, Some(b)) => view(b)?.with_revision(revision),
+        let entity = match (&after_json, &before) {
+            (Some(json), _) => json.clone(),
+            (None, Some(b)) => view(b)?.with_revision(revision).to_json(),
             (None, None) => return Err(CommitError::StoreUnavailable),
         };
         let mut change = Change::new(format!("{}.{verb}", T::KIND), resource::<T>(&id))
             .tenant(&tenant)
             .states(state(before.as_ref())?, state(after.as_ref())?)
             .revision(revision)
-            .entity(entity.into_value())
+            .entity_json(entity)
             .locate(T::KIND, json!({"tenant": tenant, "id": id}));
         change.detail = detail;
         let (store, trail, locks) = (self.store.clone(), self.trail.clone(), self.locks.clone());
@@ -147,7 +148,7 @@ impl<T: RemoteSubject> Remote<T> {
         Ok(SubjectChange {
             seq: recorded.settled.map(|s| s.seq),
             revision,
-            view: after_view,
+            view: after_json,
         })
     }
 }

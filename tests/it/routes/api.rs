@@ -5,12 +5,16 @@
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
+use ankusa::store::{keys, Cf};
+
 use crate::support::node::*;
 use crate::support::redis::RedisServer;
 
 pub(crate) const ROUTES: &str = "/admin/v1/tenants/t1/routes";
 
-async fn lifecycle_of_one_route(node: &TestNode) {
+/// Create, update and delete route `r1` through the API, checking every answer and row;
+/// returns the bodies of the create's and the update's answers.
+async fn lifecycle_of_one_route(node: &TestNode) -> [String; 2] {
     let create = node
         .send(
             node.req(Method::POST, ROUTES, Some(ADMIN))
@@ -129,17 +133,28 @@ async fn lifecycle_of_one_route(node: &TestNode) {
     assert_eq!(rows[2]["before_hash"], rows[1]["after_hash"]);
     assert_eq!(rows[2]["after_hash"], Value::Null);
     assert_eq!(rows[1]["detail"], json!({"fields": 1}));
+    [create.text, update.text]
 }
 
 #[tokio::test]
 async fn memory_store_routes_write_one_finished_row_per_change() {
     let node = TestNode::start().await;
-    lifecycle_of_one_route(&node).await;
+    let answers = lifecycle_of_one_route(&node).await;
     let dir = node.stop().await;
     let store = ankusa::store::Store::open(&dir.path().join("data")).unwrap();
     assert!(ankusa::audit::pending_rows(&store).unwrap().is_empty());
     // The delete's event carries the route as it was, at the delete's revision.
     let rows = crate::support::trail::all_rows(&store);
+    // A create's and an update's event carry the very bytes the API answered with.
+    for (row, answer) in rows.iter().zip(answers) {
+        let outbox = store.get(Cf::Audit, &keys::outbox_key(row.seq)).unwrap();
+        assert_eq!(
+            outbox.as_deref(),
+            Some(answer.as_bytes()),
+            "row {}",
+            row.seq
+        );
+    }
     let deleted = crate::routes::entity(&store, rows[2].seq).expect("outbox entity");
     assert_eq!(deleted["revision"], 3);
     assert_eq!(deleted["enabled"], false);
