@@ -53,6 +53,7 @@ pub use hash::canonical;
 pub use restore::first_boot::{RESTORE_ACTION, RESTORE_RESOURCE};
 pub use restore::incarnation::{now_micros, History, Incarnation};
 pub use restore::refresh::{Known, Refresh, Refreshed, SubjectKey, TrailStates, REFRESH_VERB};
+pub(crate) use row::encode_json;
 pub use row::{
     decode_row, decode_row_as, get, page, page_within, Change, Filter, Row, RowResult, Scanned,
     Stamp, Versioning, ROW_FORMAT,

@@ -178,8 +178,7 @@ impl Change {
 
     /// Set the redacted lifecycle entity.
     pub fn entity(self, entity: Value) -> Change {
-        let json = serde_json::to_vec(&entity).expect("a JSON value always serializes");
-        self.entity_json(json.into())
+        self.entity_json(encode_json(&entity))
     }
 
     /// Set the redacted lifecycle entity, already encoded as JSON.
@@ -200,6 +199,11 @@ impl Change {
         self.locator = Some((kind.into(), locator));
         self
     }
+}
+
+/// `value` encoded as JSON: how every entity is encoded, once, for the outbox.
+pub(crate) fn encode_json(value: &Value) -> Bytes {
+    Bytes::from(serde_json::to_vec(value).expect("a JSON value always serializes"))
 }
 
 /// Which rows a [`page`] returns.

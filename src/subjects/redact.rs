@@ -38,7 +38,7 @@ impl Redacted {
     /// The view encoded as JSON: the body of the API's answer and its event's entity, the
     /// same bytes.
     pub fn to_json(&self) -> Bytes {
-        Bytes::from(serde_json::to_vec(&self.0).expect("a JSON value always serializes"))
+        crate::audit::encode_json(&self.0)
     }
 
     /// The view as JSON, owned.

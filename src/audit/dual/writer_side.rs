@@ -23,7 +23,7 @@ use super::pending_row::{decode_pending, PendingRow, PENDING_FORMAT};
 use super::requests::{Answer, Begin, FinishReq, Refusal, SettleReq};
 use super::settle::{Presence, Reading};
 use crate::audit::context::Context;
-use crate::audit::row::{Change, Row, RowResult, Stamp, ROW_FORMAT};
+use crate::audit::row::{encode_json, Change, Row, RowResult, Stamp, ROW_FORMAT};
 use crate::audit::tree::Frontier;
 use crate::audit::writer::tx::Tx;
 use crate::audit::writer::{Group, Writer};
@@ -93,7 +93,7 @@ impl Begun {
     /// wrote it there.
     fn entity(&mut self) -> Option<Bytes> {
         match self.row.entity.take() {
-            Some(inside) => Some(encode(&inside)),
+            Some(inside) => Some(encode_json(&inside)),
             None => self.entity.take(),
         }
     }
@@ -200,7 +200,7 @@ pub(crate) fn settle(w: &mut Writer, g: &mut Group, at: u64, req: SettleReq) -> 
                 // The subject is as the change wrote it: its view is the change's entity.
                 let entity = p
                     .entity()
-                    .or_else(|| present.map(|present| encode(&present.view)));
+                    .or_else(|| present.map(|present| encode_json(&present.view)));
                 Verdict {
                     result: RowResult::Ok,
                     refresh: false,
@@ -213,7 +213,7 @@ pub(crate) fn settle(w: &mut Writer, g: &mut Group, at: u64, req: SettleReq) -> 
                 Verdict {
                     result: RowResult::Interrupted,
                     refresh: true,
-                    entity: Some(encode(&present.map_or(Value::Null, |p| p.view))),
+                    entity: Some(encode_json(&present.map_or(Value::Null, |p| p.view))),
                     stamp,
                 }
             }
@@ -263,10 +263,6 @@ fn move_into_trail(
     let row = into_trail(w, g, at, p.row, verdict);
     remove(w, g, id, p.beside);
     Ok(Some(row))
-}
-
-fn encode(entity: &Value) -> Bytes {
-    Bytes::from(serde_json::to_vec(entity).expect("an entity always serializes"))
 }
 
 /// Delete pending row `id` in the group's batch, and its entity when it may be `beside` it.

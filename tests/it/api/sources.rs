@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 
 use crate::support::node::*;
+use ankusa::store::{keys, Cf, Store};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
@@ -101,7 +102,13 @@ async fn each_change_writes_one_row_with_exact_fields() {
     assert_eq!(rows.len(), 3);
     let seqs: Vec<u64> = rows.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
     assert_eq!(seqs, vec![1, 2, 3]);
-    node.stop().await;
+    let dir = node.stop().await;
+    // A create's and an update's event carry the very bytes the API answered with.
+    let store = Store::open(&dir.path().join("data")).unwrap();
+    for (seq, answer) in [(1, &create.text), (2, &update.text)] {
+        let outbox = store.get(Cf::Audit, &keys::outbox_key(seq)).unwrap();
+        assert_eq!(outbox.as_deref(), Some(answer.as_bytes()), "row {seq}");
+    }
 }
 
 #[tokio::test]

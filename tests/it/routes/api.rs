@@ -143,7 +143,6 @@ async fn memory_store_routes_write_one_finished_row_per_change() {
     let dir = node.stop().await;
     let store = ankusa::store::Store::open(&dir.path().join("data")).unwrap();
     assert!(ankusa::audit::pending_rows(&store).unwrap().is_empty());
-    // The delete's event carries the route as it was, at the delete's revision.
     let rows = crate::support::trail::all_rows(&store);
     // A create's and an update's event carry the very bytes the API answered with.
     for (row, answer) in rows.iter().zip(answers) {
@@ -155,6 +154,7 @@ async fn memory_store_routes_write_one_finished_row_per_change() {
             row.seq
         );
     }
+    // The delete's event carries the route as it was, at the delete's revision.
     let deleted = crate::routes::entity(&store, rows[2].seq).expect("outbox entity");
     assert_eq!(deleted["revision"], 3);
     assert_eq!(deleted["enabled"], false);
