@@ -27,7 +27,7 @@ use crate::audit::row::{encode_json, Change, Row, RowResult, Stamp, ROW_FORMAT};
 use crate::audit::tree::Frontier;
 use crate::audit::writer::tx::Tx;
 use crate::audit::writer::{Group, Writer};
-use crate::store::{keys, keys::meta, Cf, StoreError};
+use crate::store::{keys, Cf, StoreError};
 use crate::telemetry;
 
 /// Put a pending row into the group: a bounded change (an operator's) may be refused by the
@@ -133,8 +133,8 @@ fn pending_row_of(
     (row, change.entity)
 }
 
-/// Hand out the next pending id and put its row (`value`) and entity into the group, with
-/// `m:pending_seq`.
+/// Hand out the next pending id and put its row (`value`) and entity into the group (the
+/// group's close puts `m:pending_seq`).
 fn put_pending(w: &mut Writer, g: &mut Group, value: Vec<u8>, entity: Option<&Bytes>) -> u64 {
     w.last_pending_id += 1;
     let id = w.last_pending_id;
@@ -148,8 +148,6 @@ fn put_pending(w: &mut Writer, g: &mut Group, value: Vec<u8>, entity: Option<&By
         g.overlay
             .insert((Cf::Audit, key.to_vec()), Some(entity.to_vec()));
     }
-    g.batch
-        .put_cf(audit, keys::meta_key(meta::PENDING_SEQ), id.to_be_bytes());
     id
 }
 
@@ -433,7 +431,11 @@ mod tests {
             keys::pending_key(1),
             serde_json::to_vec(&old).unwrap(),
         );
-        batch.put_cf(audit, keys::meta_key(meta::PENDING_SEQ), 1u64.to_be_bytes());
+        batch.put_cf(
+            audit,
+            keys::meta_key(keys::meta::PENDING_SEQ),
+            1u64.to_be_bytes(),
+        );
         store.write(batch, true).unwrap();
         let options = crate::audit::TrailOptions {
             lifecycle: true,

@@ -175,7 +175,8 @@ impl Writer {
 
     /// Close the group being prepared: put the meta counters it moves into its batch and
     /// advance the counters to what it makes of them.
-    pub(super) fn close(&mut self, o: Preparing) -> Prepared {
+    /// `begins`: it begins pending rows, so `m:pending_seq` moves.
+    pub(super) fn close(&mut self, o: Preparing, begins: bool) -> Prepared {
         let Preparing {
             mut g,
             mut taken,
@@ -196,7 +197,7 @@ impl Writer {
             tree.flush(self.store.cf(Cf::Audit), &mut g.batch);
         }
         let rows = g.seq - self.counters.last_seq;
-        self.put_counters(&mut g, rows, advanced);
+        self.put_counters(&mut g, rows, advanced, begins);
         let counters = Counters {
             last_seq: g.seq,
             last_at: at,
@@ -224,9 +225,16 @@ impl Writer {
 
     /// Put into `g`'s batch the meta counters it moves: `m:audit_seq` when it adds `rows`,
     /// `m:audit_usage` when it adds or deletes rows, `m:lifecycle_cursor` when it `advanced`
-    /// a sink.
-    fn put_counters(&self, g: &mut Group, rows: u64, advanced: bool) {
+    /// a sink, `m:pending_seq` when it `begins` pending rows (once, not once a row).
+    fn put_counters(&self, g: &mut Group, rows: u64, advanced: bool, begins: bool) {
         let audit = self.store.cf(Cf::Audit);
+        if begins {
+            g.batch.put_cf(
+                audit,
+                keys::meta_key(meta::PENDING_SEQ),
+                self.last_pending_id.to_be_bytes(),
+            );
+        }
         if rows > 0 {
             g.batch
                 .put_cf(audit, keys::meta_key(meta::AUDIT_SEQ), g.seq.to_be_bytes());

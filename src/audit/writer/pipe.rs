@@ -96,7 +96,7 @@ impl Writer {
             && self.rx.is_empty()
             && inline_allowed();
         let begun = o.take_begun();
-        let prepared = self.close(o);
+        let prepared = self.close(o, !begun.is_empty());
         pipe.handed_over.push_back(HandedOver {
             counters: prepared.counters.clone(),
             prunes: self.head.staged() > 0,
