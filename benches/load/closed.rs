@@ -7,18 +7,21 @@ use std::time::{Duration, Instant};
 use tokio::sync::Barrier;
 
 use crate::changes::{Conn, Kind};
-use crate::cpu::Cpu;
+use crate::cpu::{per_change, Cpu};
+use crate::redis::Redis;
 use crate::stats::{Failures, Point};
 use crate::GENERATOR;
 
 /// Changes of `kind` on `conns` connections to the node at `base` for `run_for`, from a
-/// runtime of the load generator's own.
+/// runtime of the load generator's own; with the CPU time of `server`, the node's Redis, where
+/// it has one.
 pub fn measure(
     runtime: &tokio::runtime::Runtime,
     base: &str,
     kind: Kind,
     conns: usize,
     run_for: Duration,
+    server: Option<&Redis>,
 ) -> Point {
     runtime.block_on(async {
         // Every connection creates its subject first (and so opens its connection), then
@@ -50,6 +53,7 @@ pub fn measure(
         start.wait().await;
         let began = Instant::now();
         let cpu = Cpu::now(Some(GENERATOR));
+        let server_before = server.and_then(Redis::cpu_ticks);
         let mut latencies = Vec::new();
         let mut failures = Failures::default();
         for t in tasks {
@@ -59,12 +63,18 @@ pub fn measure(
         }
         // The changes begun before the deadline, over the time they all took to answer.
         let elapsed = began.elapsed();
-        Point::of(
+        let server_after = server.and_then(Redis::cpu_ticks);
+        let count = latencies.len();
+        let mut point = Point::of(
             latencies,
             elapsed,
             (cpu, Cpu::now(Some(GENERATOR))),
             failures,
-        )
+        );
+        if let (Some(before), Some(after)) = (server_before, server_after) {
+            point.redis_us = per_change(after.saturating_sub(before), count);
+        }
+        point
     })
 }
 

@@ -6,7 +6,9 @@
 //!    change (memory route store, and Redis: a redis-server the bench starts on loopback),
 //!    beside raw synced batches of about the same bytes from as many OS threads. Each point
 //!    is a fresh node on a fresh store; every request must be a real change (its status and
-//!    an `X-Audit-Seq`), and failures are counted and printed.
+//!    an `X-Audit-Seq`), and failures are counted and printed. CPU per change is the node's
+//!    (the process's, apart from the load generator's threads) and, for the Redis route
+//!    store, redis-server's beside it: the two share the machine's cores.
 //! 2. The ratios, per round and their median: route/override at 64 connections, and
 //!    route at 64 / route at 1, for both route stores. Each round also measures override and
 //!    route changes taking turns every 250 ms on one node (`closed::interleaved`), for both
@@ -101,8 +103,13 @@ fn main() {
         let redis = Redis::start();
         let point = measure(&load, &redis, series, n, 1, run_for);
         println!(
-            "{one}: {:.0}/s, p50 {:.2} ms, p99 {:.2} ms, {:.0} us CPU a change, {} failed",
-            point.rate, point.p50, point.p99, point.cpu_us, point.failures.count
+            "{one}: {:.0}/s, p50 {:.2} ms, p99 {:.2} ms, {:.0} us CPU a change{}, {} failed",
+            point.rate,
+            point.p50,
+            point.p99,
+            point.cpu_us,
+            report::redis_cpu(point.redis_us),
+            point.failures.count
         );
         return;
     }
@@ -196,7 +203,8 @@ fn measure(
         Series::Source => Kind::Source,
         _ => Kind::Route,
     };
-    let point = closed::measure(load, &node.base, kind, n, run_for);
+    let server = (series == Series::RouteRedis).then_some(redis);
+    let point = closed::measure(load, &node.base, kind, n, run_for, server);
     node.stop();
     point
 }
@@ -222,6 +230,7 @@ fn raw_point(n: usize, run_for: Duration) -> Point {
         p50: stats::percentile(&raw.latencies, 0.50),
         p99: stats::percentile(&raw.latencies, 0.99),
         cpu_us,
+        redis_us: f64::NAN,
         failures: Failures::default(),
     }
 }

@@ -77,6 +77,14 @@ fn answers(child: &mut Child, port: u16, dir: &std::path::Path) -> bool {
     false
 }
 
+impl Redis {
+    /// The server's CPU time so far (utime + stime, in `/proc` ticks); `None` where there is
+    /// no `/proc`.
+    pub fn cpu_ticks(&self) -> Option<u64> {
+        crate::cpu::ticks(&std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?)
+    }
+}
+
 impl Drop for Redis {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -67,12 +67,13 @@ impl Table {
     /// Record (and print) round `round`'s point of `series` at `n` connections.
     pub fn add(&mut self, round: usize, series: Series, n: usize, point: Point) {
         println!(
-            "round {round} {n:>3} conns {:<17} {:>9.0}/s  p50 {:>7.2} ms  p99 {:>7.2} ms  cpu {:>6.0} us{}",
+            "round {round} {n:>3} conns {:<17} {:>9.0}/s  p50 {:>7.2} ms  p99 {:>7.2} ms  cpu {:>6.0} us{}{}",
             series.name(),
             point.rate,
             point.p50,
             point.p99,
             point.cpu_us,
+            redis_cpu(point.redis_us),
             failed(&point.failures)
         );
         self.points.entry((series, n)).or_default().push(point);
@@ -98,8 +99,8 @@ impl Table {
     pub fn print(&self) {
         println!();
         println!(
-            "{:>5}  {:<17} {:>10} {:>8} {:>8} {:>8} {:>8}",
-            "conns", "change", "changes/s", "p50 ms", "p99 ms", "cpu us", "vs raw"
+            "{:>5}  {:<17} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8}",
+            "conns", "change", "changes/s", "p50 ms", "p99 ms", "cpu us", "redis us", "vs raw"
         );
         for n in CONNS {
             for series in Series::ALL
@@ -110,8 +111,14 @@ impl Table {
                 let points = self.rounds(series, n);
                 let of = |f: fn(&Point) -> f64| median(points.iter().map(f).collect());
                 let (_, vs_raw) = self.paired((series, n), (Series::Raw, n));
+                let redis = of(|p| p.redis_us);
+                let redis = if redis.is_nan() {
+                    "-".to_owned()
+                } else {
+                    format!("{redis:.0}")
+                };
                 println!(
-                    "{n:>5}  {:<17} {:>10.0} {:>8.2} {:>8.2} {:>8.0} {:>8.2}",
+                    "{n:>5}  {:<17} {:>10.0} {:>8.2} {:>8.2} {:>8.0} {redis:>8} {:>8.2}",
                     series.name(),
                     of(|p| p.rate),
                     of(|p| p.p50),
@@ -121,7 +128,7 @@ impl Table {
                 );
             }
         }
-        println!("(medians of the rounds; cpu: the process's CPU time per change apart from the load generator's threads; vs raw: the median of each round's ratio to raw synced batches at the same concurrency)");
+        println!("(medians of the rounds; cpu: the process's CPU time per change apart from the load generator's threads; redis: redis-server's CPU time per change; vs raw: the median of each round's ratio to raw synced batches at the same concurrency)");
         for (store, route) in [
             ("memory", Series::RouteMemory),
             ("redis", Series::RouteRedis),
@@ -246,5 +253,14 @@ impl Mixed {
     /// Every measurement's failures.
     pub fn failures(&mut self) -> Failures {
         std::mem::take(&mut self.failures)
+    }
+}
+
+/// A point's redis-server CPU per change, for its round line (nothing where it has no Redis).
+pub fn redis_cpu(us: f64) -> String {
+    if us.is_nan() {
+        String::new()
+    } else {
+        format!(" + redis {us:.0} us")
     }
 }

@@ -43,6 +43,8 @@ pub struct Point {
     pub p99: f64,
     /// CPU time of the process apart from the load generator, per change, in microseconds.
     pub cpu_us: f64,
+    /// redis-server's CPU time per change, in microseconds (NaN: the point has no Redis).
+    pub redis_us: f64,
     pub failures: Failures,
 }
 
@@ -61,6 +63,7 @@ impl Point {
         };
         Point {
             cpu_us,
+            redis_us: f64::NAN,
             rate: latencies.len() as f64 / elapsed.as_secs_f64(),
             p50: percentile(&latencies, 0.50),
             p99: percentile(&latencies, 0.99),

@@ -50,7 +50,7 @@ impl Cpu {
         // generator's runtime keeps its workers for the whole run).
         let generator = self.generator.saturating_sub(before.generator);
         let node = (self.process - before.process).saturating_sub(generator);
-        (node as f64 * TICK.as_secs_f64() * 1e6) / count.max(1) as f64
+        per_change(node, count)
     }
 }
 
@@ -59,9 +59,14 @@ fn comm(stat: &str) -> Option<&str> {
     Some(&stat[stat.find('(')? + 1..stat.rfind(')')?])
 }
 
+/// `ticks` of CPU time in microseconds per one of `count` changes.
+pub fn per_change(ticks: u64, count: usize) -> f64 {
+    (ticks as f64 * TICK.as_secs_f64() * 1e6) / count.max(1) as f64
+}
+
 /// utime + stime of a `stat` line (fields 14 and 15; the comm may hold spaces, so they are
 /// counted from the last `)`).
-fn ticks(stat: &str) -> Option<u64> {
+pub fn ticks(stat: &str) -> Option<u64> {
     let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace().skip(11);
     let utime: u64 = fields.next()?.parse().ok()?;
     let stime: u64 = fields.next()?.parse().ok()?;
