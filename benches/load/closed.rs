@@ -84,57 +84,82 @@ async fn start_at(start: &Barrier, run_for: Duration) -> Instant {
     Instant::now() + run_for
 }
 
-/// How long each kind has the connections before the other takes them, in an interleaved
-/// measurement.
+/// How long each turn has the node, in an interleaved measurement.
 pub const SWITCH: Duration = Duration::from_millis(250);
 
-/// Two kinds of change on the same `conns` connections to one node, taking turns every
-/// [`SWITCH`] for `run_for` (rounded up to whole pairs of turns): each connection sends the
-/// kind whose turn it is when it sends. So whatever the machine does meanwhile falls on both
-/// alike, and their ratio holds from run to run where two points measured one after the other
-/// need not. Each kind's rate is its changes begun in its turns over the time of its turns;
-/// a change begun at the end of a turn and answered in the next counts for its own kind, and
-/// as many do so for either kind. No CPU figure: the process's time is not split by kind.
+/// One side of an interleaved measurement: changes of `kind` from the first `conns`
+/// connections.
+#[derive(Clone, Copy)]
+pub struct Turn {
+    pub kind: Kind,
+    pub conns: usize,
+}
+
+/// Two sides taking turns of [`SWITCH`] on one node for `run_for` (rounded up to whole pairs
+/// of turns). Each connection sends its subject's changes of the kind whose turn it is when it
+/// sends, and waits out a turn it has no part in. So whatever the machine does meanwhile falls
+/// on both sides alike, and their ratio holds from run to run where two points measured one
+/// after the other need not. A side's rate is its changes begun in its turns over the time of
+/// its turns. A turn begins behind the changes the turn before left in flight: a change begun
+/// at the end of a turn counts for its own side, and with 64 connections on both sides about
+/// as many do so for either. A turn of 1 connection after one of 64 starts a few milliseconds
+/// late, which lowers its rate by up to 2%. No CPU figure: the process's time is not split by
+/// side.
 pub fn interleaved(
     runtime: &tokio::runtime::Runtime,
     base: &str,
-    kinds: [Kind; 2],
-    conns: usize,
+    sides: [Turn; 2],
     run_for: Duration,
 ) -> [Point; 2] {
     let pairs = run_for.as_secs_f64() / (2.0 * SWITCH.as_secs_f64());
     let turns = 2 * (pairs.ceil() as u32).max(1);
+    let conns = sides[0].conns.max(sides[1].conns);
     runtime.block_on(async {
         let start = Arc::new(Barrier::new(conns + 1));
         let mut tasks = Vec::with_capacity(conns);
         for c in 0..conns {
-            let conn = Conn::new(base, kinds[0], c);
+            let conn = Conn::new(base, sides[0].kind, c);
             let start = start.clone();
             tasks.push(tokio::spawn(async move {
                 let mut failures = [Failures::default(), Failures::default()];
-                for (k, kind) in kinds.into_iter().enumerate() {
-                    if let Err(e) = conn.create_as(kind).await {
-                        failures[k].add(e);
+                // The connection's subject of each kind it changes, created once.
+                for (k, side) in sides.iter().enumerate() {
+                    let made_before = sides[..k]
+                        .iter()
+                        .any(|s| s.kind == side.kind && c < s.conns);
+                    if c < side.conns && !made_before {
+                        if let Err(e) = conn.create_as(side.kind).await {
+                            failures[k].add(e);
+                        }
                     }
                 }
                 // Every connection starts its clock as the barrier lets them all go: the
                 // turns agree to within microseconds.
                 start.wait().await;
-                let t0 = Instant::now();
+                let t0 = tokio::time::Instant::now();
                 let mut latencies = [Vec::new(), Vec::new()];
-                let mut next = [1u64, 1];
+                // Per kind, the next change of the connection's subject: a kind on both sides
+                // carries on where the other side left it, so every change is a real one.
+                let mut next = [1u64; 3];
                 loop {
-                    let sent = Instant::now();
-                    let turn = ((sent - t0).as_secs_f64() / SWITCH.as_secs_f64()) as u32;
+                    let sent = tokio::time::Instant::now();
+                    let into = sent - t0;
+                    let turn = (into.as_secs_f64() / SWITCH.as_secs_f64()) as u32;
                     if turn >= turns {
                         break;
                     }
+                    let side = sides[(turn % 2) as usize];
+                    if c >= side.conns {
+                        tokio::time::sleep_until(t0 + SWITCH * (turn + 1)).await;
+                        continue;
+                    }
                     let k = (turn % 2) as usize;
-                    match conn.change_as(kinds[k], next[k]).await {
+                    let i = &mut next[side.kind as usize];
+                    match conn.change_as(side.kind, *i).await {
                         Ok(_) => latencies[k].push(sent.elapsed()),
                         Err(e) => failures[k].add(e),
                     }
-                    next[k] += 1;
+                    *i += 1;
                 }
                 (latencies, failures)
             }));

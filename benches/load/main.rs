@@ -10,9 +10,9 @@
 //!    (the process's, apart from the load generator's threads) and, for the Redis route
 //!    store, redis-server's beside it: the two share the machine's cores.
 //! 2. The ratios, per round and their median: route/override at 64 connections, and
-//!    route at 64 / route at 1, for both route stores. Each round also measures override and
-//!    route changes taking turns every 250 ms on one node (`closed::interleaved`), for both
-//!    stores: a slow spell of the machine then falls on both kinds alike.
+//!    route at 64 / route at 1, for both route stores. Each round also measures both pairs
+//!    taking turns every 250 ms on one node (`closed::interleaved`), for both
+//!    stores: a slow spell of the machine then falls on both sides alike.
 //! 3. Commit to Kafka-confirmed (see `kafka.rs`): route changes at 1,000/s and at half the
 //!    highest route rate of part 1, `ANKUSA_BENCH_LATENCY_RUNS` runs each, with the HTTP p99
 //!    of each run beside its confirmed p99, so commit and delivery tails are told apart.
@@ -23,7 +23,8 @@
 //! (`throughput,latency`; without throughput, the half rate is `ANKUSA_BENCH_HALF_RATE`,
 //! default 1,000); `ANKUSA_BENCH_REDIS_FSYNC` is the Redis `appendfsync` (default everysec);
 //! `ANKUSA_BENCH_POINT=route:64` measures one point alone, once (for a profiler);
-//! `ANKUSA_BENCH_POINT=mixed` (or `mixed-redis`) the two kinds taking turns, once.
+//! `ANKUSA_BENCH_POINT=mixed` (override and route) or `scale` (route at 64 and at 1) a pair
+//! taking turns, once (`mixed-redis`, `scale-redis`: with Redis).
 //! A run with a failure exits with status 1.
 
 mod changes;
@@ -51,7 +52,7 @@ use crate::changes::Kind;
 use crate::env::{env, part};
 use crate::node::Node;
 use crate::redis::Redis;
-use crate::report::{Mixed, Series, Table};
+use crate::report::{Mixed, Pair, Series, Table};
 use crate::stats::{Failures, Point};
 
 /// The prefix of the load generator's thread names (its CPU time is not the node's).
@@ -69,23 +70,20 @@ fn main() {
         .build()
         .expect("the load generator's runtime");
     if let Ok(one) = std::env::var("ANKUSA_BENCH_POINT") {
-        // Override and route taking turns, once: `mixed` or `mixed-redis`.
-        let store = match one.as_str() {
-            "mixed" => Some("memory"),
-            "mixed-redis" => Some("redis"),
-            _ => None,
-        };
-        if let Some(store) = store {
+        // A pair taking turns, once: `mixed`, `scale` (`-redis`: with Redis).
+        if let Some((pair, store)) = Pair::parse(&one) {
             let redis = Redis::start();
-            let [over, route] = interleaved(&load, &redis, store, 1, run_for);
+            let [a, b] = interleaved(&load, &redis, pair, store, 1, run_for);
+            let [an, bn] = pair.names();
             println!(
-                "{one}: override {:.0}/s (p99 {:.2} ms), route {:.0}/s (p99 {:.2} ms), route/override {:.2}, {} failed",
-                over.rate,
-                over.p99,
-                route.rate,
-                route.p99,
-                route.rate / over.rate,
-                over.failures.count + route.failures.count
+                "{one}: {an} {:.0}/s (p99 {:.2} ms), {bn} {:.0}/s (p99 {:.2} ms), {} {:.2}, {} failed",
+                a.rate,
+                a.p99,
+                b.rate,
+                b.p99,
+                pair.ratio_name(),
+                pair.ratio(a.rate, b.rate),
+                a.failures.count + b.failures.count
             );
             return;
         }
@@ -95,7 +93,7 @@ fn main() {
             .and_then(|(s, n)| Some((Series::parse(s)?, n.parse().ok()?)))
         else {
             eprintln!(
-                "ANKUSA_BENCH_POINT: expected <series>:<connections>, a series one of {}, or mixed, or mixed-redis",
+                "ANKUSA_BENCH_POINT: expected <series>:<connections>, a series one of {}, or a pair taking turns: mixed, scale, mixed-redis, scale-redis",
                 Series::names()
             );
             std::process::exit(2);
@@ -131,12 +129,11 @@ fn main() {
                     table.add(round, series, n, point);
                 }
             }
-            for store in ["memory", "redis"] {
-                mixed.add(
-                    round,
-                    store,
-                    interleaved(&load, &redis, store, round, run_for),
-                );
+            for pair in Pair::ALL {
+                for store in ["memory", "redis"] {
+                    let points = interleaved(&load, &redis, pair, store, round, run_for);
+                    mixed.add(round, pair, store, points);
+                }
             }
         }
         table.print();
@@ -157,21 +154,21 @@ fn main() {
     }
 }
 
-/// Override and route changes taking turns on 64 connections to a fresh node whose route
-/// store is `store` (`memory` or `redis`).
+/// `pair` taking turns on a fresh node whose route store is `store` (`memory` or `redis`).
 fn interleaved(
     load: &tokio::runtime::Runtime,
     redis: &Redis,
+    pair: Pair,
     store: &str,
     round: usize,
     run_for: Duration,
 ) -> [Point; 2] {
     let node = Node::start(|v| {
         if store == "redis" {
-            routes_on(v, redis, &format!("bench-{round}-mixed:"));
+            routes_on(v, redis, &format!("bench-{round}-{pair:?}:"));
         }
     });
-    let points = closed::interleaved(load, &node.base, [Kind::Override, Kind::Route], 64, run_for);
+    let points = closed::interleaved(load, &node.base, pair.sides(), run_for);
     node.stop();
     points
 }

@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::changes::Kind;
+use crate::closed::Turn;
 use crate::stats::{median, Failures, Point};
 use crate::CONNS;
 
@@ -211,42 +213,122 @@ pub fn failed(failures: &Failures) -> String {
     }
 }
 
-/// The interleaved measurements (override and route changes taking turns on one node, see
-/// `closed::interleaved`), per route store, one per round.
+/// A pair of sides measured taking turns on one node (`closed::interleaved`), and the ratio
+/// of their rates the issue sets a target for.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+pub enum Pair {
+    /// Override and route changes, 64 connections each: route / override.
+    RouteOverride,
+    /// Route changes from 64 connections and from 1: 64 / 1.
+    RouteScale,
+}
+
+impl Pair {
+    /// Every pair, in the order a round measures them.
+    pub const ALL: [Pair; 2] = [Pair::RouteOverride, Pair::RouteScale];
+
+    /// The pair `ANKUSA_BENCH_POINT` names (`mixed`, `scale`), and its route store (`-redis`:
+    /// Redis).
+    pub fn parse(name: &str) -> Option<(Pair, &'static str)> {
+        let (pair, store) = match name.strip_suffix("-redis") {
+            Some(pair) => (pair, "redis"),
+            None => (name, "memory"),
+        };
+        let pair = match pair {
+            "mixed" => Pair::RouteOverride,
+            "scale" => Pair::RouteScale,
+            _ => return None,
+        };
+        Some((pair, store))
+    }
+
+    /// Its two sides, in the order they take turns (override first, as the pair was first
+    /// measured).
+    pub fn sides(self) -> [Turn; 2] {
+        let route = |conns| Turn {
+            kind: Kind::Route,
+            conns,
+        };
+        match self {
+            Pair::RouteOverride => [
+                Turn {
+                    kind: Kind::Override,
+                    conns: 64,
+                },
+                route(64),
+            ],
+            Pair::RouteScale => [route(64), route(1)],
+        }
+    }
+
+    /// Its sides' names, in the order of [`Pair::sides`].
+    pub fn names(self) -> [&'static str; 2] {
+        match self {
+            Pair::RouteOverride => ["override at 64", "route at 64"],
+            Pair::RouteScale => ["route at 64", "route at 1"],
+        }
+    }
+
+    /// The ratio the target is for, of the sides' rates `a` and `b`.
+    pub fn ratio(self, a: f64, b: f64) -> f64 {
+        match self {
+            Pair::RouteOverride => b / a,
+            Pair::RouteScale => a / b,
+        }
+    }
+
+    /// The ratio's name.
+    pub fn ratio_name(self) -> &'static str {
+        match self {
+            Pair::RouteOverride => "route at 64 / override at 64",
+            Pair::RouteScale => "route at 64 / route at 1",
+        }
+    }
+
+    /// The issue's target for the ratio.
+    pub fn target(self) -> f64 {
+        match self {
+            Pair::RouteOverride => 0.8,
+            Pair::RouteScale => 10.0,
+        }
+    }
+}
+
+/// The measurements taking turns, per pair and route store, one per round.
 #[derive(Default)]
 pub struct Mixed {
-    /// Per store: each round's (override, route) rates.
-    rounds: BTreeMap<&'static str, Vec<(f64, f64)>>,
+    /// Per pair and store: each round's rates of its sides.
+    rounds: BTreeMap<(Pair, &'static str), Vec<(f64, f64)>>,
     failures: Failures,
 }
 
 impl Mixed {
-    /// Record (and print) round `round`'s override and route points with route store `store`.
-    pub fn add(&mut self, round: usize, store: &'static str, points: [Point; 2]) {
-        let [over, route] = points;
-        for (what, p) in [("override", &over), ("route", &route)] {
+    /// Record (and print) round `round`'s points of `pair` with route store `store`.
+    pub fn add(&mut self, round: usize, pair: Pair, store: &'static str, points: [Point; 2]) {
+        for (what, p) in pair.names().iter().zip(&points) {
             println!(
-                "round {round}  64 conns {what:<8} taking turns, route store {store:<6} {:>9.0}/s  p50 {:>7.2} ms  p99 {:>7.2} ms{}",
+                "round {round} {what:<14} taking turns, route store {store:<6} {:>9.0}/s  p50 {:>7.2} ms  p99 {:>7.2} ms{}",
                 p.rate,
                 p.p50,
                 p.p99,
                 failed(&p.failures)
             );
         }
+        let [a, b] = points;
         self.rounds
-            .entry(store)
+            .entry((pair, store))
             .or_default()
-            .push((over.rate, route.rate));
-        self.failures.merge(over.failures);
-        self.failures.merge(route.failures);
+            .push((a.rate, b.rate));
+        self.failures.merge(a.failures);
+        self.failures.merge(b.failures);
     }
 
-    /// Each store's route / override, per round and their median.
+    /// Each pair's ratio per store, per round and their median.
     pub fn print(&self) {
-        for (store, rounds) in &self.rounds {
-            let ratios: Vec<f64> = rounds.iter().map(|(o, r)| r / o).collect();
-            let what = format!("route ({store}) / override, 64 conns taking turns");
-            print_ratio(&what, &ratios, median(ratios.clone()), Some(0.8));
+        for ((pair, store), rounds) in &self.rounds {
+            let ratios: Vec<f64> = rounds.iter().map(|(a, b)| pair.ratio(*a, *b)).collect();
+            let what = format!("{} ({store}), taking turns", pair.ratio_name());
+            print_ratio(&what, &ratios, median(ratios.clone()), Some(pair.target()));
         }
     }
 
