@@ -101,12 +101,13 @@ fn main() {
         let redis = Redis::start();
         let point = measure(&load, &redis, series, n, 1, run_for);
         println!(
-            "{one}: {:.0}/s, p50 {:.2} ms, p99 {:.2} ms, {:.0} us CPU a change{}, {} failed",
+            "{one}: {:.0}/s, p50 {:.2} ms, p99 {:.2} ms, {:.0} us CPU a change{} (the load generator {:.0} us), {} failed",
             point.rate,
             point.p50,
             point.p99,
             point.cpu_us,
             report::redis_cpu(point.redis_us),
+            point.load_us,
             point.failures.count
         );
         return;
@@ -228,6 +229,7 @@ fn raw_point(n: usize, run_for: Duration) -> Point {
         p99: stats::percentile(&raw.latencies, 0.99),
         cpu_us,
         redis_us: f64::NAN,
+        load_us: f64::NAN,
         failures: Failures::default(),
     }
 }

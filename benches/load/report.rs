@@ -101,8 +101,16 @@ impl Table {
     pub fn print(&self) {
         println!();
         println!(
-            "{:>5}  {:<17} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8}",
-            "conns", "change", "changes/s", "p50 ms", "p99 ms", "cpu us", "redis us", "vs raw"
+            "{:>5}  {:<17} {:>10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+            "conns",
+            "change",
+            "changes/s",
+            "p50 ms",
+            "p99 ms",
+            "cpu us",
+            "redis us",
+            "load us",
+            "vs raw"
         );
         for n in CONNS {
             for series in Series::ALL
@@ -120,17 +128,18 @@ impl Table {
                     format!("{redis:.0}")
                 };
                 println!(
-                    "{n:>5}  {:<17} {:>10.0} {:>8.2} {:>8.2} {:>8.0} {redis:>8} {:>8.2}",
+                    "{n:>5}  {:<17} {:>10.0} {:>8.2} {:>8.2} {:>8.0} {redis:>8} {:>8.0} {:>8.2}",
                     series.name(),
                     of(|p| p.rate),
                     of(|p| p.p50),
                     of(|p| p.p99),
                     of(|p| p.cpu_us),
+                    of(|p| p.load_us),
                     vs_raw
                 );
             }
         }
-        println!("(medians of the rounds; cpu: the process's CPU time per change apart from the load generator's threads; redis: redis-server's CPU time per change; vs raw: the median of each round's ratio to raw synced batches at the same concurrency)");
+        println!("(medians of the rounds; cpu: the process's CPU time per change apart from the load generator's threads; redis: redis-server's CPU time per change; load: the load generator's, which shares the cores too (for raw, nothing); vs raw: the median of each round's ratio to raw synced batches at the same concurrency)");
         for (store, route) in [
             ("memory", Series::RouteMemory),
             ("redis", Series::RouteRedis),

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::cpu::Cpu;
+use crate::cpu::{per_change, Cpu};
 
 /// Failed requests: how many, and the first few answers, to print.
 #[derive(Default)]
@@ -45,6 +45,8 @@ pub struct Point {
     pub cpu_us: f64,
     /// redis-server's CPU time per change, in microseconds (NaN: the point has no Redis).
     pub redis_us: f64,
+    /// The load generator's CPU time per change, in microseconds: it shares the cores too.
+    pub load_us: f64,
     pub failures: Failures,
 }
 
@@ -57,13 +59,19 @@ impl Point {
         failures: Failures,
     ) -> Point {
         latencies.sort_unstable();
-        let cpu_us = match cpu {
-            (before, Some(after)) => after.per_change_since(before, latencies.len()),
-            _ => f64::NAN,
+        let (cpu_us, load_us) = match cpu {
+            (before, Some(after)) => (
+                after.per_change_since(before, latencies.len()),
+                before.map_or(f64::NAN, |b| {
+                    per_change(after.generator.saturating_sub(b.generator), latencies.len())
+                }),
+            ),
+            _ => (f64::NAN, f64::NAN),
         };
         Point {
             cpu_us,
             redis_us: f64::NAN,
+            load_us,
             rate: latencies.len() as f64 / elapsed.as_secs_f64(),
             p50: percentile(&latencies, 0.50),
             p99: percentile(&latencies, 0.99),

@@ -14,7 +14,8 @@ const TICK: Duration = Duration::from_millis(10);
 #[derive(Clone, Copy)]
 pub struct Cpu {
     process: u64,
-    generator: u64,
+    /// The generator's threads' ticks.
+    pub generator: u64,
 }
 
 impl Cpu {
