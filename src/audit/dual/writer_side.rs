@@ -393,6 +393,44 @@ mod tests {
     use crate::store::Store;
     use rocksdb::WriteBatch;
 
+    /// Pending ids go on past every id a run handed out, even once all its rows are gone:
+    /// each group that begins pending rows puts the last id in `m:pending_seq`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn pending_ids_go_on_past_the_last_runs_once_its_rows_are_gone() {
+        use std::sync::Arc;
+        let dir = tempfile::tempdir().unwrap();
+        let start = |store| {
+            let clock = Arc::new(crate::audit::SystemClock);
+            crate::audit::Trail::start(store, Default::default(), clock).unwrap()
+        };
+        let begin = |trail: &crate::audit::Trail, i: u64| {
+            let change = Change::new("route.update", format!("routes/r{i}"))
+                .states(None, Some(serde_json::json!({"i": i})));
+            let trail = trail.clone();
+            async move { trail.begin::<()>(Context::system(), change).await.unwrap() }
+        };
+        let store = Store::open(dir.path()).unwrap();
+        let trail = start(store.clone());
+        // Begun together, so that groups begin several at once.
+        let pending = futures::future::join_all((1..=32).map(|i| begin(&trail, i))).await;
+        let mut ids: Vec<u64> = pending.iter().map(Pending::id).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, (1..=32).collect::<Vec<_>>());
+        assert_eq!(store.meta_u64(keys::meta::PENDING_SEQ).unwrap(), 32);
+        // Refused by the other store: the pending rows go, and no trail row is written.
+        for p in pending {
+            assert_eq!(trail.finish(p, Finish::Refused).await.unwrap(), None);
+        }
+        assert!(pending_rows(&store).unwrap().is_empty());
+        let closing = store.closing();
+        trail.shutdown().await;
+        drop((trail, store));
+        closing.wait().await;
+        let trail = start(Store::open(dir.path()).unwrap());
+        assert_eq!(begin(&trail, 33).await.id(), 33);
+        trail.shutdown().await;
+    }
+
     /// A subject that is always absent.
     struct Absent;
 
