@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{mpsc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rocksdb::WriteBatch;
 use tokio::sync::{oneshot, watch};
@@ -27,11 +27,6 @@ use crate::audit::row::Row;
 use crate::audit::tree::Frontier;
 use crate::store::{Store, StoreError};
 use crate::telemetry;
-
-/// How long the syncer polls for the next group before it parks: under load the writer hands
-/// the next group over as soon as this one is written (a lone committer's groups are written
-/// on the writer thread and never come here).
-const SPIN_BEFORE_PARK: Duration = Duration::from_micros(100);
 
 /// The trail's counters as a group leaves them.
 #[derive(Debug, Clone)]
@@ -146,7 +141,10 @@ pub(crate) fn run(
     groups: mpsc::Receiver<Prepared>,
     results: mpsc::Sender<BatchResult>,
 ) {
-    while let Some(group) = next(&groups) {
+    // It parks until the next group comes, without polling first: under load every core is
+    // busy, and a thread that yields while it polls only trades places with the threads doing
+    // the work (a lone committer's groups are written on the writer thread, not here).
+    while let Ok(group) = groups.recv() {
         fail::fail_point!("audit::sync_delay");
         syncer
             .lock()
@@ -212,19 +210,6 @@ impl Syncer {
         telemetry::audit::usage_updated(&usage, backlog);
         telemetry::audit::rows_pruned(&pruned);
     }
-}
-
-/// The next group, polling briefly before parking.
-fn next(groups: &mpsc::Receiver<Prepared>) -> Option<Prepared> {
-    let spin_until = Instant::now() + SPIN_BEFORE_PARK;
-    while Instant::now() < spin_until {
-        match groups.try_recv() {
-            Ok(group) => return Some(group),
-            Err(mpsc::TryRecvError::Disconnected) => return None,
-            Err(mpsc::TryRecvError::Empty) => std::thread::yield_now(),
-        }
-    }
-    groups.recv().ok()
 }
 
 fn write(store: &Store, batch: WriteBatch, sync: bool) -> Result<(), StoreError> {
