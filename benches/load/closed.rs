@@ -102,9 +102,9 @@ pub struct Turn {
 /// after the other need not. A side's rate is its changes begun in its turns over the time of
 /// its turns. A turn begins behind the changes the turn before left in flight: a change begun
 /// at the end of a turn counts for its own side, and with 64 connections on both sides about
-/// as many do so for either. A turn of 1 connection after one of 64 starts a few milliseconds
-/// late, which lowers its rate by up to 2%. No CPU figure: the process's time is not split by
-/// side.
+/// as many do so for either. A turn of 1 connection after one of 64 waits for the 64's last
+/// changes to drain (a few milliseconds of its 250), which lowers its rate by a few percent at
+/// most. No CPU figure: the process's time is not split by side.
 pub fn interleaved(
     runtime: &tokio::runtime::Runtime,
     base: &str,
@@ -143,17 +143,16 @@ pub fn interleaved(
                 let mut next = [1u64; 3];
                 loop {
                     let sent = tokio::time::Instant::now();
-                    let into = sent - t0;
-                    let turn = (into.as_secs_f64() / SWITCH.as_secs_f64()) as u32;
+                    let turn = ((sent - t0).as_secs_f64() / SWITCH.as_secs_f64()) as u32;
                     if turn >= turns {
                         break;
                     }
-                    let side = sides[(turn % 2) as usize];
+                    let k = (turn % 2) as usize;
+                    let side = sides[k];
                     if c >= side.conns {
                         tokio::time::sleep_until(t0 + SWITCH * (turn + 1)).await;
                         continue;
                     }
-                    let k = (turn % 2) as usize;
                     let i = &mut next[side.kind as usize];
                     match conn.change_as(side.kind, *i).await {
                         Ok(_) => latencies[k].push(sent.elapsed()),
