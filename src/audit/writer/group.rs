@@ -174,9 +174,9 @@ impl Writer {
     }
 
     /// Close the group being prepared: put the meta counters it moves into its batch and
-    /// advance the counters to what it makes of them.
-    /// `begins`: it begins pending rows, so `m:pending_seq` moves.
-    pub(super) fn close(&mut self, o: Preparing, begins: bool) -> Prepared {
+    /// advance the counters to what it makes of them. Also hands back the pending ids it
+    /// begins, which the writer forgets if the group is not written.
+    pub(super) fn close(&mut self, o: Preparing) -> (Prepared, Vec<u64>) {
         let Preparing {
             mut g,
             mut taken,
@@ -197,7 +197,8 @@ impl Writer {
             tree.flush(self.store.cf(Cf::Audit), &mut g.batch);
         }
         let rows = g.seq - self.counters.last_seq;
-        self.put_counters(&mut g, rows, advanced, begins);
+        self.put_counters(&mut g, rows, advanced);
+        let begun = std::mem::take(&mut g.begun);
         let counters = Counters {
             last_seq: g.seq,
             last_at: at,
@@ -209,7 +210,7 @@ impl Writer {
         self.counters = counters.clone();
         self.unsynced.push_back(g.overlay);
         let sync = taken.iter().any(Taken::needs_sync);
-        Prepared {
+        let prepared = Prepared {
             epoch,
             batch: g.batch,
             taken,
@@ -220,15 +221,16 @@ impl Writer {
             refused: g.refused,
             started,
             sync,
-        }
+        };
+        (prepared, begun)
     }
 
     /// Put into `g`'s batch the meta counters it moves: `m:audit_seq` when it adds `rows`,
     /// `m:audit_usage` when it adds or deletes rows, `m:lifecycle_cursor` when it `advanced`
-    /// a sink, `m:pending_seq` when it `begins` pending rows (once, not once a row).
-    fn put_counters(&self, g: &mut Group, rows: u64, advanced: bool, begins: bool) {
+    /// a sink, `m:pending_seq` when it begins pending rows (once, not once a row).
+    fn put_counters(&self, g: &mut Group, rows: u64, advanced: bool) {
         let audit = self.store.cf(Cf::Audit);
-        if begins {
+        if !g.begun.is_empty() {
             g.batch.put_cf(
                 audit,
                 keys::meta_key(meta::PENDING_SEQ),

@@ -88,15 +88,14 @@ impl Writer {
     /// nothing to prepare meanwhile, so a thread hop would only add latency; a larger group
     /// written here would hold up the preparing of the requests that arrive meanwhile).
     /// `false`: the syncer is gone.
-    pub(super) fn submit(&mut self, pipe: &mut Pipe, mut o: Preparing) -> bool {
+    pub(super) fn submit(&mut self, pipe: &mut Pipe, o: Preparing) -> bool {
         // Every group passes here on the writer thread, however it is written.
         fail::fail_point!("audit::submit");
         let here = o.taken.len() <= INLINE_MAX
             && pipe.handed_over.is_empty()
             && self.rx.is_empty()
             && inline_allowed();
-        let begun = o.take_begun();
-        let prepared = self.close(o, !begun.is_empty());
+        let (prepared, begun) = self.close(o);
         pipe.handed_over.push_back(HandedOver {
             counters: prepared.counters.clone(),
             prunes: self.head.staged() > 0,
