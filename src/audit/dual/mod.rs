@@ -16,7 +16,7 @@
 //!
 //! The files: `handle.rs` is what the caller holds (`Pending`, `Finish`, `Recorded`);
 //! `pending_row.rs` the pending row and its codec; `requests.rs` what the steps send the
-//! writer and how it answers; `writer_side.rs` what the writer does with them; `settle.rs`
+//! writer and how it answers; `writer_side/` what the writer does with them; `settle.rs`
 //! the settlement task and the `Reconcile` trait the subject stores implement. The `Trail`
 //! methods of this part (begin, finish, record, settlement) are here.
 
