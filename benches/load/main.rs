@@ -101,13 +101,13 @@ fn main() {
         let redis = Redis::start();
         let point = measure(&load, &redis, series, n, 1, run_for);
         println!(
-            "{one}: {:.0}/s, p50 {:.2} ms, p99 {:.2} ms, {:.0} us CPU a change{} (the load generator {:.0} us), {} failed",
+            "{one}: {:.0}/s, p50 {:.2} ms, p99 {:.2} ms, {:.0} us CPU a change{} (the load generator {} us), {} failed",
             point.rate,
             point.p50,
             point.p99,
             point.cpu_us,
             report::redis_cpu(point.redis_us),
-            point.load_us,
+            report::micros(point.load_us),
             point.failures.count
         );
         return;

@@ -121,20 +121,15 @@ impl Table {
                 let points = self.rounds(series, n);
                 let of = |f: fn(&Point) -> f64| median(points.iter().map(f).collect());
                 let (_, vs_raw) = self.paired((series, n), (Series::Raw, n));
-                let redis = of(|p| p.redis_us);
-                let redis = if redis.is_nan() {
-                    "-".to_owned()
-                } else {
-                    format!("{redis:.0}")
-                };
                 println!(
-                    "{n:>5}  {:<17} {:>10.0} {:>8.2} {:>8.2} {:>8.0} {redis:>8} {:>8.0} {:>8.2}",
+                    "{n:>5}  {:<17} {:>10.0} {:>8.2} {:>8.2} {:>8.0} {:>8} {:>8} {:>8.2}",
                     series.name(),
                     of(|p| p.rate),
                     of(|p| p.p50),
                     of(|p| p.p99),
                     of(|p| p.cpu_us),
-                    of(|p| p.load_us),
+                    micros(of(|p| p.redis_us)),
+                    micros(of(|p| p.load_us)),
                     vs_raw
                 );
             }
@@ -344,6 +339,15 @@ impl Mixed {
     /// Every measurement's failures.
     pub fn failures(&mut self) -> Failures {
         std::mem::take(&mut self.failures)
+    }
+}
+
+/// A table cell of microseconds, `-` where the point has no such figure.
+pub fn micros(us: f64) -> String {
+    if us.is_nan() {
+        "-".to_owned()
+    } else {
+        format!("{us:.0}")
     }
 }
 
