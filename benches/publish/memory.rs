@@ -62,19 +62,25 @@ pub fn fill_process(store: &str, n: u64) {
 
 pub fn drain_process(store: &str, n: u64) {
     let runtime = runtime();
-    let before = runtime.block_on(async {
+    let path = std::path::Path::new(store).with_extension("jsonl");
+    let (before, last) = runtime.block_on(async {
         let trail = trail(std::path::Path::new(store), &["file"]);
         let before = (status_kib("VmRSS"), status_kib("RssFile"));
-        let path = std::path::Path::new(store).with_extension("jsonl");
         let sink = FileSink::new(FileConfig {
-            path,
+            path: path.clone(),
             retry: RetryPolicy::default(),
         })
         .unwrap();
         drain(&trail, Arc::new(sink), "file").await;
-        assert_eq!(*trail.committed().borrow(), n);
+        let last = *trail.committed().borrow();
         trail.shutdown().await;
-        before
+        (before, last)
     });
-    println!("{} {} {}", status_kib("VmHWM"), before.0, before.1);
+    let peak = status_kib("VmHWM");
+    // Every row is one event: the fill's n changes and the trail's checkpoint rows.
+    assert!(last >= n, "{last} rows, {n} changes");
+    let file = std::io::BufReader::new(std::fs::File::open(&path).unwrap());
+    let events = std::io::BufRead::lines(file).count() as u64;
+    assert_eq!(events, last, "events in {}", path.display());
+    println!("{peak} {} {}", before.0, before.1);
 }
