@@ -5,8 +5,8 @@
 //! It asks the writer for one bounded batch at a time ([`Trail::sweep_batch`]); each batch is
 //! one request in the writer's queue, so the commits that arrive meanwhile are served between
 //! two batches instead of waiting for a sweep of a million rows. It also rests as long as it
-//! worked, every few milliseconds ([`Pace`]): flat out, it took most of the two cores' time
-//! from the commits made meanwhile and tripled their p99. While lifecycle sinks are
+//! worked, every 2 ms of work ([`Pace`]), so that the commits made meanwhile keep most of the
+//! node: a sweep flat out left them a fraction of it. While lifecycle sinks are
 //! configured the writer never deletes a row at or above the cursor, however old: a sink that
 //! is down longer than the retention keeps the events it has not seen. After every sweep the
 //! expired rows so held back are counted (`blocked_by_cursor`), off the writer thread, and
@@ -301,10 +301,14 @@ fn count_blocked(store: &Store, cursor: u64, cutoff: u64) -> Result<u64, StoreEr
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
     #[test]
     fn the_sweep_rests_as_long_as_it_worked_once_a_slice_is_done() {
-        let mut pace = super::Pace::default();
-        let us = std::time::Duration::from_micros;
+        let mut pace = Pace::default();
+        let us = Duration::from_micros;
         assert_eq!(pace.after(us(700)), None);
         assert_eq!(pace.after(us(700)), None);
         assert_eq!(pace.after(us(900)), Some(us(2300)));
@@ -313,9 +317,6 @@ mod tests {
         assert_eq!(pace.after(us(5000)), Some(us(6500)));
     }
 
-    use super::*;
-
-    const HOUR: Duration = Duration::from_secs(3600);
     const T0: u64 = 1_700_000_000_000;
 
     #[test]
