@@ -23,6 +23,17 @@ pub enum Kind {
     Route,
 }
 
+impl Kind {
+    /// How the report names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Override => "override",
+            Kind::Source => "source",
+            Kind::Route => "route",
+        }
+    }
+}
+
 /// One HTTP/1.1 keep-alive connection to the node and the subject it changes.
 pub struct Conn {
     client: reqwest::Client,

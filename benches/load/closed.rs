@@ -95,6 +95,13 @@ pub struct Turn {
     pub conns: usize,
 }
 
+impl Turn {
+    /// How the report names the side: `route at 64`.
+    pub fn name(self) -> String {
+        format!("{} at {}", self.kind.name(), self.conns)
+    }
+}
+
 /// Two sides taking turns of [`SWITCH`] on one node for `run_for` (rounded up to whole pairs
 /// of turns). Each connection sends its subject's changes of the kind whose turn it is when it
 /// sends, and waits out a turn it has no part in. So whatever the machine does meanwhile falls

@@ -82,7 +82,7 @@ fn main() {
                 b.rate,
                 b.p99,
                 pair.ratio_name(),
-                pair.ratio(a.rate, b.rate),
+                pair.ratio([a.rate, b.rate]),
                 a.failures.count + b.failures.count
             );
             return;

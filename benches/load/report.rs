@@ -266,27 +266,28 @@ impl Pair {
     }
 
     /// Its sides' names, in the order of [`Pair::sides`].
-    pub fn names(self) -> [&'static str; 2] {
+    pub fn names(self) -> [String; 2] {
+        self.sides().map(Turn::name)
+    }
+
+    /// Which side the target is about: the ratio is its rate over the other's.
+    fn measured(self) -> usize {
         match self {
-            Pair::RouteOverride => ["override at 64", "route at 64"],
-            Pair::RouteScale => ["route at 64", "route at 1"],
+            Pair::RouteOverride => 1,
+            Pair::RouteScale => 0,
         }
     }
 
-    /// The ratio the target is for, of the sides' rates `a` and `b`.
-    pub fn ratio(self, a: f64, b: f64) -> f64 {
-        match self {
-            Pair::RouteOverride => b / a,
-            Pair::RouteScale => a / b,
-        }
+    /// The ratio the target is for, of the sides' rates.
+    pub fn ratio(self, rates: [f64; 2]) -> f64 {
+        let m = self.measured();
+        rates[m] / rates[1 - m]
     }
 
-    /// The ratio's name.
-    pub fn ratio_name(self) -> &'static str {
-        match self {
-            Pair::RouteOverride => "route at 64 / override at 64",
-            Pair::RouteScale => "route at 64 / route at 1",
-        }
+    /// The ratio's name: `route at 64 / override at 64`.
+    pub fn ratio_name(self) -> String {
+        let (names, m) = (self.names(), self.measured());
+        format!("{} / {}", names[m], names[1 - m])
     }
 
     /// The target for the ratio.
@@ -302,7 +303,7 @@ impl Pair {
 #[derive(Default)]
 pub struct Mixed {
     /// Per pair and store: each round's rates of its sides.
-    rounds: BTreeMap<(Pair, &'static str), Vec<(f64, f64)>>,
+    rounds: BTreeMap<(Pair, &'static str), Vec<[f64; 2]>>,
     failures: Failures,
 }
 
@@ -318,19 +319,19 @@ impl Mixed {
                 failed(&p.failures)
             );
         }
-        let [a, b] = points;
         self.rounds
             .entry((pair, store))
             .or_default()
-            .push((a.rate, b.rate));
-        self.failures.merge(a.failures);
-        self.failures.merge(b.failures);
+            .push(points.each_ref().map(|p| p.rate));
+        for p in points {
+            self.failures.merge(p.failures);
+        }
     }
 
     /// Each pair's ratio per store, per round and their median.
     pub fn print(&self) {
         for ((pair, store), rounds) in &self.rounds {
-            let ratios: Vec<f64> = rounds.iter().map(|(a, b)| pair.ratio(*a, *b)).collect();
+            let ratios: Vec<f64> = rounds.iter().map(|rates| pair.ratio(*rates)).collect();
             let what = format!("{} ({store}), taking turns", pair.ratio_name());
             print_ratio(&what, &ratios, median(ratios.clone()), Some(pair.target()));
         }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::cpu::{per_change, Cpu};
+use crate::cpu::Cpu;
 
 /// Failed requests: how many, and the first few answers, to print.
 #[derive(Default)]
@@ -60,12 +60,7 @@ impl Point {
     ) -> Point {
         latencies.sort_unstable();
         let (cpu_us, load_us) = match cpu {
-            (before, Some(after)) => (
-                after.per_change_since(before, latencies.len()),
-                before.map_or(f64::NAN, |b| {
-                    per_change(after.generator.saturating_sub(b.generator), latencies.len())
-                }),
-            ),
+            (before, Some(after)) => after.split_since(before, latencies.len()),
             _ => (f64::NAN, f64::NAN),
         };
         Point {

@@ -14,8 +14,7 @@ const TICK: Duration = Duration::from_millis(10);
 #[derive(Clone, Copy)]
 pub struct Cpu {
     process: u64,
-    /// The generator's threads' ticks.
-    pub generator: u64,
+    generator: u64,
 }
 
 impl Cpu {
@@ -44,14 +43,20 @@ impl Cpu {
     /// The CPU time, apart from the generator's, since `before`, in microseconds per one of
     /// `count` changes.
     pub fn per_change_since(self, before: Option<Cpu>, count: usize) -> f64 {
+        self.split_since(before, count).0
+    }
+
+    /// The CPU time since `before`, in microseconds per one of `count` changes: the process's
+    /// apart from the generator's, and the generator's.
+    pub fn split_since(self, before: Option<Cpu>, count: usize) -> (f64, f64) {
         let Some(before) = before else {
-            return f64::NAN;
+            return (f64::NAN, f64::NAN);
         };
         // A generator thread that exited takes its time with it: counted as the node's (the
         // generator's runtime keeps its workers for the whole run).
         let generator = self.generator.saturating_sub(before.generator);
         let node = (self.process - before.process).saturating_sub(generator);
-        per_change(node, count)
+        (per_change(node, count), per_change(generator, count))
     }
 }
 
