@@ -4,16 +4,16 @@
 //! The sweep does not delete anything itself: only the writer writes the audit column family.
 //! It asks the writer for one bounded batch at a time ([`Trail::sweep_batch`]); each batch is
 //! one request in the writer's queue, so the commits that arrive meanwhile are served between
-//! two batches instead of waiting for a sweep of a million rows. It also rests as long as it
-//! worked, every 2 ms of work ([`Pace`]), so that the commits made meanwhile keep most of the
-//! node: a sweep flat out left them a fraction of it. While lifecycle sinks are
-//! configured the writer never deletes a row at or above the cursor, however old: a sink that
-//! is down longer than the retention keeps the events it has not seen. After every sweep the
-//! expired rows so held back are counted (`blocked_by_cursor`), off the writer thread, and
-//! reported with the pruned count. A sweep that deleted rows then compacts the range it
-//! emptied, so that its tombstones are dropped rather than walked by every later scan from the
-//! head of the trail (boot's checks, a recount, reading the trail from the start). Time comes
-//! from the trail's clock, so tests need not wait.
+//! two batches instead of waiting for a sweep of a million rows. Every 2 ms its batches take,
+//! it rests as long ([`Pace`]): flat out, it would leave those commits a fraction of the node.
+//! While lifecycle sinks are configured the writer never deletes a row at or above the
+//! cursor, however old: a sink that is down longer than the retention keeps the events it has
+//! not seen. After every sweep the expired rows so held back are counted
+//! (`blocked_by_cursor`), off the writer thread, and reported with the pruned count. A sweep
+//! that deleted rows then compacts the range it emptied, so that its tombstones are dropped
+//! rather than walked by every later scan from the head of the trail (boot's checks, a
+//! recount, reading the trail from the start). Time comes from the trail's clock, so tests
+//! need not wait.
 //!
 //! The wall clock can jump (a bad NTP step, a VM resumed with a wrong time), and a sweep that
 //! trusted it would delete every row at once, with nothing to hold them when no sink is
@@ -93,7 +93,7 @@ pub fn spawn(trail: Trail, shutdown: CancellationToken) -> JoinHandle<()> {
 /// short enough that a commit rarely waits behind more than one slice.
 const PACE_SLICE: Duration = Duration::from_millis(2);
 
-/// The sweep's pace: half the time working, half resting.
+/// The sweep's pace: half the time its batches take, half resting.
 #[derive(Debug, Default)]
 struct Pace {
     worked: Duration,
@@ -305,6 +305,8 @@ mod tests {
 
     const HOUR: Duration = Duration::from_secs(3600);
 
+    const T0: u64 = 1_700_000_000_000;
+
     #[test]
     fn the_sweep_rests_as_long_as_it_worked_once_a_slice_is_done() {
         let mut pace = Pace::default();
@@ -316,8 +318,6 @@ mod tests {
         assert_eq!(pace.after(us(1500)), None);
         assert_eq!(pace.after(us(5000)), Some(us(6500)));
     }
-
-    const T0: u64 = 1_700_000_000_000;
 
     #[test]
     fn a_timeline_follows_a_wall_clock_in_step_with_the_monotonic_one() {
