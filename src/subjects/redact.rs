@@ -1,8 +1,8 @@
 //! Redaction: the one place that says which fields of each subject kind are secret, and the
 //! only way to build the view of a subject that leaves the node.
 //!
-//! Every read of the admin API and every lifecycle outbox entity is a [`Redacted`], and a
-//! `Redacted` can only be made by [`redact`]. A secret field that is set reads as
+//! Every read of the admin API and every lifecycle outbox entity is a [`Redacted`] or the bytes
+//! of one ([`view_json`]), and only this module makes them. A secret field that is set reads as
 //! `"[redacted]"` (so the view keeps the subject's shape and shows *that* a secret is set);
 //! one that is not set reads as `null`.
 
@@ -16,7 +16,7 @@ use super::{Kind, Subject};
 pub const REDACTED: &str = "[redacted]";
 
 /// The secret fields of a subject kind.
-pub fn secret_fields(kind: Kind) -> &'static [&'static str] {
+pub const fn secret_fields(kind: Kind) -> &'static [&'static str] {
     match kind {
         Kind::Source => &["secret"],
         Kind::Override | Kind::Quarantine | Kind::Replay => &[],
@@ -65,17 +65,34 @@ pub fn redact<S: Subject>(subject: &S) -> Result<Redacted, serde_json::Error> {
     redact_fields(subject, secret_fields(S::KIND))
 }
 
-/// The redacted view of a route (routes live in the route store, not in a column family).
-pub fn redact_route(route: &super::routes::Route) -> Result<Redacted, serde_json::Error> {
-    redact_fields(route, ROUTE_SECRET_FIELDS)
-}
-
-fn redact_fields<T: Serialize>(
+/// The redacted view of a subject whose secret fields are `fields` (one of this module's
+/// lists).
+pub fn redact_fields<T: Serialize>(
     subject: &T,
     fields: &[&str],
 ) -> Result<Redacted, serde_json::Error> {
     let mut value = serde_json::to_value(subject)?;
-    if let Value::Object(map) = &mut value {
+    redact_value(&mut value, fields);
+    Ok(Redacted(value))
+}
+
+/// The JSON of the redacted view of a subject whose state (its `serde_json::to_value`) is
+/// `state` and whose secret fields are `fields`: the same bytes as
+/// `redact_fields(subject, fields)?.to_json()`, encoded from the state, so that a change
+/// turns its subject into a value once for both its hash and its view.
+pub fn view_json(state: &Value, fields: &[&str]) -> Bytes {
+    let set = |field: &&str| state.get(*field).is_some_and(|v| !v.is_null());
+    if !fields.iter().any(set) {
+        return crate::audit::encode_json(state);
+    }
+    let mut value = state.clone();
+    redact_value(&mut value, fields);
+    crate::audit::encode_json(&value)
+}
+
+/// Redact the secret `fields` that are set in `value`.
+fn redact_value(value: &mut Value, fields: &[&str]) {
+    if let Value::Object(map) = value {
         for field in fields {
             if let Some(v) = map.get_mut(*field) {
                 if !v.is_null() {
@@ -84,7 +101,6 @@ fn redact_fields<T: Serialize>(
             }
         }
     }
-    Ok(Redacted(value))
 }
 
 #[cfg(test)]
@@ -111,5 +127,32 @@ mod tests {
         assert!(!text.contains(&verifier.salt) && !text.contains(&verifier.sha256));
         source.secret = None;
         assert_eq!(redact(&source).unwrap().into_value()["secret"], Value::Null);
+    }
+
+    #[test]
+    fn a_view_encoded_from_the_state_is_the_view_s_bytes() {
+        let verifier = Verifier::new(&Secret::new("hunter2"));
+        let mut source = Source {
+            id: "s1".into(),
+            tenant: "t1".into(),
+            kind: "webhook".into(),
+            secret: Some(verifier.clone()),
+            config: serde_json::Map::from_iter([("url".to_owned(), json!("https://h/x"))]),
+            revision: 2,
+        };
+        let salt = verifier.salt.clone();
+        for secret in [Some(verifier), None] {
+            source.secret = secret;
+            let state = serde_json::to_value(&source).unwrap();
+            let fields = secret_fields(Kind::Source);
+            let bytes = view_json(&state, fields);
+            assert_eq!(bytes, redact(&source).unwrap().to_json());
+            assert!(!String::from_utf8_lossy(&bytes).contains(&salt));
+        }
+        let state = json!({"id": "r1", "destination": "https://h/x", "revision": 1});
+        assert_eq!(
+            view_json(&state, ROUTE_SECRET_FIELDS),
+            br#"{"destination":"https://h/x","id":"r1","revision":1}"#[..]
+        );
     }
 }

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::key::check_name;
-use super::redact::{redact, Redacted};
+use super::redact::secret_fields;
 use super::remote::RemoteSubject;
 use super::secret::{Secret, Verifier, MAX_SECRET_LEN};
 use super::{
@@ -45,6 +45,7 @@ pub struct Source {
 impl RemoteSubject for Source {
     const KIND: &'static str = "source";
     const PLURAL: &'static str = "sources";
+    const SECRET_FIELDS: &'static [&'static str] = secret_fields(Kind::Source);
 
     fn tenant(&self) -> &str {
         &self.tenant
@@ -60,10 +61,6 @@ impl RemoteSubject for Source {
 
     fn set_revision(&mut self, revision: u64) {
         self.revision = revision;
-    }
-
-    fn view(&self) -> Result<Redacted, serde_json::Error> {
-        redact(self)
     }
 }
 

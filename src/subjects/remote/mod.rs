@@ -26,7 +26,7 @@ use serde_json::Value;
 
 use super::key::check_name;
 use super::read::{Page, ReadError, MAX_PAGE};
-use super::redact::Redacted;
+use super::redact::{redact_fields, Redacted};
 use crate::audit::{Hold, Present, Reading, Reconcile, Reconcilers, Stamp, Trail};
 use crate::store::StoreError;
 
@@ -48,8 +48,12 @@ pub trait RemoteSubject: Serialize + DeserializeOwned + Clone + Send + Sync + 's
     fn revision(&self) -> u64;
     /// Set its revision (the store's is the truth).
     fn set_revision(&mut self, revision: u64);
-    /// Its redacted view (made by `subjects::redact`).
-    fn view(&self) -> Result<Redacted, serde_json::Error>;
+    /// Its secret fields, which its views redact (one of `subjects::redact`'s lists).
+    const SECRET_FIELDS: &'static [&'static str];
+    /// Its redacted view.
+    fn view(&self) -> Result<Redacted, serde_json::Error> {
+        redact_fields(self, Self::SECRET_FIELDS)
+    }
 }
 
 /// A subject and its version, as its store keeps them.

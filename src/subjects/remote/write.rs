@@ -14,6 +14,7 @@ use serde_json::{json, Map, Value};
 use super::{corrupt, resource, view, Cas, Remote, RemoteStore, RemoteSubject, Versioned};
 use crate::audit::{Change, CommitError, Context, Finish};
 use crate::subjects::key::check_name;
+use crate::subjects::redact::view_json;
 use crate::subjects::{check_if_match, ChangeResult, IfMatch, SubjectChange, SubjectError};
 use crate::telemetry;
 
@@ -110,8 +111,12 @@ impl<T: RemoteSubject> Remote<T> {
             return Err(CommitError::StoreUnavailable);
         }
         let revision = before.as_ref().map_or(0, |b| b.revision()) + 1;
-        // Encoded once: the answer's body and the event's entity are the same bytes.
-        let after_json = after.as_ref().map(view).transpose()?.map(|v| v.to_json());
+        let after_state = state(after.as_ref())?;
+        // Encoded once, from the state the writer hashes: the answer's body and the event's
+        // entity are the same bytes.
+        let after_json = after_state
+            .as_ref()
+            .map(|state| view_json(state, T::SECRET_FIELDS));
         // A delete's event carries the subject as it was, at the delete's revision.
         let entity = match (&after_json, &before) {
             (Some(json), _) => json.clone(),
@@ -120,13 +125,15 @@ impl<T: RemoteSubject> Remote<T> {
         };
         let mut change = Change::new(format!("{}.{verb}", T::KIND), resource::<T>(&id))
             .tenant(&tenant)
-            .states(state(before.as_ref())?, state(after.as_ref())?)
+            .states(state(before.as_ref())?, after_state)
             .revision(revision)
             .entity_json(entity)
             .locate(T::KIND, json!({"tenant": tenant, "id": id}));
         change.detail = detail;
         let (store, trail, locks) = (self.store.clone(), self.trail.clone(), self.locks.clone());
-        let task = tokio::spawn(async move {
+        // Boxed: the future is a few KB, and a task's future is moved several times on its
+        // way into the runtime and out.
+        let task = tokio::spawn(Box::pin(async move {
             // From the compare-and-set to the row, this subject's only change on this node.
             let _locked = locks.lock(&tenant, &id).await;
             trail
@@ -139,7 +146,7 @@ impl<T: RemoteSubject> Remote<T> {
                     )
                 })
                 .await
-        });
+        }));
         let recorded = task.await.map_err(|e| {
             tracing::error!(error = %e, "a dual write's task failed; settlement records it");
             CommitError::StoreUnavailable

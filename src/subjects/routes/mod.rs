@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::key::check_name;
-use super::redact::{redact_route, Redacted};
+use super::redact::ROUTE_SECRET_FIELDS;
 use super::remote::memory::MemoryStore;
 use super::remote::redis::RedisStore;
 use super::remote::{RemoteStore, RemoteSubject};
@@ -99,6 +99,7 @@ pub struct RoutePatch {
 impl RemoteSubject for Route {
     const KIND: &'static str = "route";
     const PLURAL: &'static str = "routes";
+    const SECRET_FIELDS: &'static [&'static str] = ROUTE_SECRET_FIELDS;
 
     fn tenant(&self) -> &str {
         &self.tenant
@@ -114,10 +115,6 @@ impl RemoteSubject for Route {
 
     fn set_revision(&mut self, revision: u64) {
         self.revision = revision;
-    }
-
-    fn view(&self) -> Result<Redacted, serde_json::Error> {
-        redact_route(self)
     }
 }
 
