@@ -66,7 +66,7 @@ pub(crate) fn remove<S: Subject>(
     check_name("tenant", tenant)?;
     check_name(S::KIND.id_field(), id)?;
     let before: S = require(tx, tenant, id)?;
-    check_if_match(if_match, &S::KIND.resource(id), Some(before.revision()))?;
+    check_if_match(if_match, || S::KIND.resource(id), Some(before.revision()))?;
     let effect = Effect {
         verb,
         before: Some(before),
@@ -96,16 +96,13 @@ pub(crate) fn apply<S: Subject>(
     }
     let after_view = effect.after.as_ref().map(view).transpose()?;
     let after_json = after_view.as_ref().map(Redacted::to_json);
-    let mut change = Change::new(
-        format!("{}.{}", kind.name(), effect.verb),
-        kind.resource(id),
-    )
-    .tenant(tenant)
-    .states(
-        effect.before.as_ref().map(state).transpose()?,
-        effect.after.as_ref().map(state).transpose()?,
-    )
-    .revision(revision);
+    let mut change = Change::new([kind.name(), ".", effect.verb].concat(), kind.resource(id))
+        .tenant(tenant)
+        .states(
+            effect.before.as_ref().map(state).transpose()?,
+            effect.after.as_ref().map(state).transpose()?,
+        )
+        .revision(revision);
     change.detail = effect.detail;
     if S::LIFECYCLE {
         // A delete's event carries the subject as it was, at the delete's revision.

@@ -101,7 +101,7 @@ impl Kind {
 
     /// A row's resource: `<plural>/<id>`, e.g. `sources/s1`.
     pub fn resource(self, id: &str) -> String {
-        format!("{}/{id}", self.plural())
+        [self.plural(), "/", id].concat()
     }
 }
 
@@ -216,10 +216,11 @@ impl std::fmt::Display for IfMatch {
     }
 }
 
-/// Check an optional precondition against the subject's revision (`None`: missing).
+/// Check an optional precondition against the subject's revision (`None`: missing);
+/// `resource` names the subject in the refusal.
 pub fn check_if_match(
     expected: Option<IfMatch>,
-    resource: &str,
+    resource: impl FnOnce() -> String,
     actual: Option<u64>,
 ) -> Result<(), SubjectError> {
     let ok = match expected {
@@ -230,7 +231,7 @@ pub fn check_if_match(
     match (ok, expected) {
         (true, _) | (_, None) => Ok(()),
         (false, Some(expected)) => Err(SubjectError::RevisionMismatch {
-            resource: resource.to_owned(),
+            resource: resource(),
             expected,
             actual,
         }),

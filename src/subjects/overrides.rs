@@ -117,7 +117,7 @@ pub async fn set(
         let before: Option<Override> = load(tx, &tenant, &key)?;
         check_if_match(
             if_match,
-            &Kind::Override.resource(&key),
+            || Kind::Override.resource(&key),
             before.as_ref().map(|b| b.revision),
         )?;
         let after = Override {

@@ -181,7 +181,7 @@ pub async fn cancel(
         check_name("id", &id)?;
         let before: ReplayJob = require(tx, &tenant, &id)?;
         let resource = Kind::Replay.resource(&id);
-        check_if_match(if_match, &resource, Some(before.revision))?;
+        check_if_match(if_match, || resource.clone(), Some(before.revision))?;
         if !matches!(before.state, ReplayState::Pending | ReplayState::Running) {
             return Err(SubjectError::State {
                 resource,

@@ -178,7 +178,11 @@ pub async fn update(
         check_name("id", &id)?;
         check_patch(&patch)?;
         let before: Source = require(tx, &tenant, &id)?;
-        check_if_match(if_match, &Kind::Source.resource(&id), Some(before.revision))?;
+        check_if_match(
+            if_match,
+            || Kind::Source.resource(&id),
+            Some(before.revision),
+        )?;
         let Some((after, detail)) = patched(&before, patch) else {
             return Err(unchanged(&before));
         };

@@ -299,7 +299,7 @@ impl<T: RemoteSubject> Pages<'_, T> {
 
 /// A row's resource: `<plural>/<id>`.
 pub(crate) fn resource<T: RemoteSubject>(id: &str) -> String {
-    format!("{}/{id}", T::PLURAL)
+    [T::PLURAL, "/", id].concat()
 }
 
 /// The redacted view, a bad encoding reported as a corrupt value.

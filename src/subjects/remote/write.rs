@@ -30,7 +30,7 @@ impl<T: RemoteSubject> Remote<T> {
         let before = self.require(tenant, id).await?;
         check_if_match(
             if_match,
-            &resource::<T>(id),
+            || resource::<T>(id),
             Some(before.subject.revision()),
         )?;
         Ok(before)
@@ -123,7 +123,7 @@ impl<T: RemoteSubject> Remote<T> {
             (None, Some(b)) => view(b)?.with_revision(revision).to_json(),
             (None, None) => return Err(CommitError::StoreUnavailable),
         };
-        let mut change = Change::new(format!("{}.{verb}", T::KIND), resource::<T>(&id))
+        let mut change = Change::new([T::KIND, ".", verb].concat(), resource::<T>(&id))
             .tenant(&tenant)
             .states(state(before.as_ref())?, after_state)
             .revision(revision)
