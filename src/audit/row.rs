@@ -4,6 +4,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::hash::State;
 use crate::store::{keys, Cf, Store, StoreError};
 
 /// The format version written into every row value.
@@ -124,9 +125,9 @@ pub struct Change {
     /// Counts, filters, a rate: never a secret or a spec.
     pub detail: Map<String, Value>,
     /// The subject before the change, complete (secrets included: only its hash is kept).
-    pub before: Option<Value>,
+    pub before: Option<State>,
     /// The subject after the change, complete.
-    pub after: Option<Value>,
+    pub after: Option<State>,
     /// The subject's change counter after the change.
     pub revision: Option<u64>,
     /// The redacted entity a lifecycle event carries (routes and sources only), as JSON:
@@ -163,10 +164,10 @@ impl Change {
         self
     }
 
-    /// Set the subject's states before and after (either absent).
+    /// Set the subject's states before and after (either absent), each given as its JSON.
     pub fn states(mut self, before: Option<Value>, after: Option<Value>) -> Change {
-        self.before = before;
-        self.after = after;
+        self.before = before.as_ref().map(State::of);
+        self.after = after.as_ref().map(State::of);
         self
     }
 

@@ -41,7 +41,7 @@ impl Staged {
         ctx: &Context,
         change: Change,
     ) -> Staged {
-        let before_hash = stamper.hasher.hash(change.before.as_ref());
+        let before_hash = stamper.hasher.hash_state(change.before.as_ref());
         Staged::build(stamper, (seq, at), ctx, change, before_hash, false)
     }
 
@@ -83,7 +83,7 @@ impl Staged {
             resource: change.resource,
             detail: change.detail,
             before_hash,
-            after_hash: stamper.hasher.hash(change.after.as_ref()),
+            after_hash: stamper.hasher.hash_state(change.after.as_ref()),
             revision: change.revision,
             result: RowResult::Ok,
             publish,
