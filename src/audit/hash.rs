@@ -6,6 +6,7 @@
 //! trusting the JSON map's iteration order), so that the same subject always hashes the same
 //! whatever order its fields were built in. The key never leaves this type.
 
+use bytes::Bytes;
 use hmac::{Hmac, Mac};
 use serde_json::Value;
 use sha2::Sha256;
@@ -50,14 +51,19 @@ impl SubjectHasher {
 /// encoded where the change is described, so that the writer is handed one buffer to hash
 /// rather than a tree of values, made on another thread, to walk and free.
 #[derive(Clone, PartialEq, Eq)]
-pub struct State(Vec<u8>);
+pub struct State(Bytes);
 
 impl State {
     /// The state of a subject whose JSON is `subject`.
     pub fn of(subject: &Value) -> State {
         let mut buf = Vec::with_capacity(256);
         canonical(subject, &mut buf);
-        State(buf)
+        State(buf.into())
+    }
+
+    /// The canonical encoding (secrets included: only for a view with no secret set).
+    pub(crate) fn encoded(&self) -> &Bytes {
+        &self.0
     }
 }
 

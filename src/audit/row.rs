@@ -165,9 +165,18 @@ impl Change {
     }
 
     /// Set the subject's states before and after (either absent), each given as its JSON.
-    pub fn states(mut self, before: Option<Value>, after: Option<Value>) -> Change {
-        self.before = before.as_ref().map(State::of);
-        self.after = after.as_ref().map(State::of);
+    pub fn states(self, before: Option<Value>, after: Option<Value>) -> Change {
+        let (before, after) = (
+            before.as_ref().map(State::of),
+            after.as_ref().map(State::of),
+        );
+        self.encoded_states(before, after)
+    }
+
+    /// Set the subject's states before and after (either absent), already encoded.
+    pub fn encoded_states(mut self, before: Option<State>, after: Option<State>) -> Change {
+        self.before = before;
+        self.after = after;
         self
     }
 

@@ -11,6 +11,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{Kind, Subject};
+use crate::audit::State;
 
 /// What a secret field that is set reads as.
 pub const REDACTED: &str = "[redacted]";
@@ -76,14 +77,15 @@ pub fn redact_fields<T: Serialize>(
     Ok(Redacted(value))
 }
 
-/// The JSON of the redacted view of a subject whose state (its `serde_json::to_value`) is
-/// `state` and whose secret fields are `fields`: the same bytes as
-/// `redact_fields(subject, fields)?.to_json()`, encoded from the state, so that a change
-/// turns its subject into a value once for both its hash and its view.
-pub fn view_json(state: &Value, fields: &[&str]) -> Bytes {
+/// The JSON of the redacted view of a subject whose state is `state` (its
+/// `serde_json::to_value`), `encoded` canonically, and whose secret fields are `fields`: the
+/// same bytes as `redact_fields(subject, fields)?.to_json()` (a JSON map's keys are sorted, as
+/// in the canonical encoding). With no secret set, the view is the encoded state itself, so a
+/// change encodes its subject once for both its hash and its view.
+pub fn view_json(state: &Value, encoded: &State, fields: &[&str]) -> Bytes {
     let set = |field: &&str| state.get(*field).is_some_and(|v| !v.is_null());
     if !fields.iter().any(set) {
-        return crate::audit::encode_json(state);
+        return encoded.encoded().clone();
     }
     let mut value = state.clone();
     redact_value(&mut value, fields);
@@ -145,14 +147,33 @@ mod tests {
             source.secret = secret;
             let state = serde_json::to_value(&source).unwrap();
             let fields = secret_fields(Kind::Source);
-            let bytes = view_json(&state, fields);
+            let bytes = view_json(&state, &State::of(&state), fields);
             assert_eq!(bytes, redact(&source).unwrap().to_json());
             assert!(!String::from_utf8_lossy(&bytes).contains(&salt));
         }
-        let state = json!({"id": "r1", "destination": "https://h/x", "revision": 1});
+        let route = crate::subjects::routes::Route {
+            id: "r1".into(),
+            tenant: "t1".into(),
+            source: "s1".into(),
+            destination: "https://h/x".into(),
+            filter: serde_json::Map::from_iter([
+                ("b".to_owned(), json!(1)),
+                ("a".to_owned(), json!("é")),
+            ]),
+            enabled: true,
+            revision: 1,
+        };
+        let state = serde_json::to_value(&route).unwrap();
+        let bytes = view_json(&state, &State::of(&state), ROUTE_SECRET_FIELDS);
         assert_eq!(
-            view_json(&state, ROUTE_SECRET_FIELDS),
-            br#"{"destination":"https://h/x","id":"r1","revision":1}"#[..]
+            bytes,
+            redact_fields(&route, ROUTE_SECRET_FIELDS)
+                .unwrap()
+                .to_json()
+        );
+        assert_eq!(
+            bytes,
+            r#"{"destination":"https://h/x","enabled":true,"filter":{"a":"é","b":1},"id":"r1","revision":1,"source":"s1","tenant":"t1"}"#.as_bytes()
         );
     }
 }

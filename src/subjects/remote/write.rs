@@ -12,7 +12,7 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 
 use super::{corrupt, resource, view, Cas, Remote, RemoteStore, RemoteSubject, Versioned};
-use crate::audit::{Change, CommitError, Context, Finish};
+use crate::audit::{Change, CommitError, Context, Finish, State};
 use crate::subjects::key::check_name;
 use crate::subjects::redact::view_json;
 use crate::subjects::{check_if_match, ChangeResult, IfMatch, SubjectChange, SubjectError};
@@ -111,12 +111,14 @@ impl<T: RemoteSubject> Remote<T> {
             return Err(CommitError::StoreUnavailable);
         }
         let revision = before.as_ref().map_or(0, |b| b.revision()) + 1;
-        let after_state = state(after.as_ref())?;
-        // Encoded once, from the state the writer hashes: the answer's body and the event's
+        let after_value = state(after.as_ref())?;
+        let after_state = after_value.as_ref().map(State::of);
+        // Encoded once, with the state the writer hashes: the answer's body and the event's
         // entity are the same bytes.
-        let after_json = after_state
+        let after_json = after_value
             .as_ref()
-            .map(|state| view_json(state, T::SECRET_FIELDS));
+            .zip(after_state.as_ref())
+            .map(|(value, encoded)| view_json(value, encoded, T::SECRET_FIELDS));
         // A delete's event carries the subject as it was, at the delete's revision.
         let entity = match (&after_json, &before) {
             (Some(json), _) => json.clone(),
@@ -125,7 +127,7 @@ impl<T: RemoteSubject> Remote<T> {
         };
         let mut change = Change::new([T::KIND, ".", verb].concat(), resource::<T>(&id))
             .tenant(&tenant)
-            .states(state(before.as_ref())?, after_state)
+            .encoded_states(state(before.as_ref())?.as_ref().map(State::of), after_state)
             .revision(revision)
             .entity_json(entity)
             .locate(T::KIND, json!({"tenant": tenant, "id": id}));
