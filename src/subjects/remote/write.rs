@@ -111,7 +111,8 @@ impl<T: RemoteSubject> Remote<T> {
             return Err(CommitError::StoreUnavailable);
         }
         let revision = before.as_ref().map_or(0, |b| b.revision()) + 1;
-        let after_value = state(after.as_ref())?;
+        let before_state = json_of(before.as_ref())?.as_ref().map(State::of);
+        let after_value = json_of(after.as_ref())?;
         let after_state = after_value.as_ref().map(State::of);
         // Encoded once, with the state the writer hashes: the answer's body and the event's
         // entity are the same bytes.
@@ -127,7 +128,7 @@ impl<T: RemoteSubject> Remote<T> {
         };
         let mut change = Change::new([T::KIND, ".", verb].concat(), resource::<T>(&id))
             .tenant(&tenant)
-            .encoded_states(state(before.as_ref())?.as_ref().map(State::of), after_state)
+            .encoded_states(before_state, after_state)
             .revision(revision)
             .entity_json(entity)
             .locate(T::KIND, json!({"tenant": tenant, "id": id}));
@@ -207,7 +208,8 @@ async fn apply<T: RemoteSubject>(
     }
 }
 
-fn state<T: RemoteSubject>(
+/// The subject as a JSON value, the form its state and its view are made from.
+fn json_of<T: RemoteSubject>(
     subject: Option<&T>,
 ) -> Result<Option<Value>, CommitError<SubjectError>> {
     subject
