@@ -4,12 +4,13 @@
 //!
 //! Every function here runs inside a `Trail::commit` closure, on the writer thread.
 
+use bytes::Bytes;
 use serde_json::{Map, Value};
 
 use super::key::{check_name, subject_key};
-use super::redact::{redact, Redacted};
+use super::redact::{self, redact, secret_fields, Redacted};
 use super::{check_if_match, ChangeResult, IfMatch, Kind, Subject, SubjectChange, SubjectError};
-use crate::audit::{Change, CommitError, Context, Trail, Tx, Versioning};
+use crate::audit::{Change, CommitError, Context, State, Trail, Tx, Versioning};
 use crate::store::StoreError;
 
 /// What one change does to one subject: `before` and `after` (either absent), under
@@ -94,14 +95,16 @@ pub(crate) fn apply<S: Subject>(
         Some(after) => tx.put_json(kind.cf(), key, after)?,
         None => tx.delete(kind.cf(), key)?,
     }
-    let after_view = effect.after.as_ref().map(view).transpose()?;
-    let after_json = after_view.as_ref().map(Redacted::to_json);
+    let before_state = effect.before.as_ref().map(state).transpose()?;
+    let (after_state, after_json) = effect
+        .after
+        .as_ref()
+        .map(state_and_view)
+        .transpose()?
+        .unzip();
     let mut change = Change::new([kind.name(), ".", effect.verb].concat(), kind.resource(id))
         .tenant(tenant)
-        .states(
-            effect.before.as_ref().map(state).transpose()?,
-            effect.after.as_ref().map(state).transpose()?,
-        )
+        .encoded_states(before_state, after_state)
         .revision(revision);
     change.detail = effect.detail;
     if S::LIFECYCLE {
@@ -137,11 +140,12 @@ pub(crate) fn snapshot_item<S: Subject>(
         return Ok(None);
     };
     let kind = S::KIND;
-    let mut change = Change::new(format!("{}.refresh", kind.name()), kind.resource(id))
+    let (state, view) = state_and_view(&subject)?;
+    let mut change = Change::new([kind.name(), ".refresh"].concat(), kind.resource(id))
         .tenant(tenant)
-        .states(None, Some(state(&subject)?))
+        .encoded_states(None, Some(state))
         .revision(subject.revision())
-        .entity(view(&subject)?.into_value())
+        .entity_json(view)
         .versioning(Versioning::Local)
         .detail("reason", "snapshot");
     change.snapshot = Some(snapshot.to_owned());
@@ -167,8 +171,14 @@ where
 }
 
 /// The complete subject, as hashed into its row.
-fn state<S: Subject>(subject: &S) -> Result<Value, CommitError<SubjectError>> {
-    serde_json::to_value(subject).map_err(|e| encode_error(S::KIND, e))
+fn state<S: Subject>(subject: &S) -> Result<State, CommitError<SubjectError>> {
+    let json = serde_json::to_value(subject).map_err(|e| encode_error(S::KIND, e))?;
+    Ok(State::of(&json))
+}
+
+/// The subject's state and the JSON of its redacted view, from one encoding.
+fn state_and_view<S: Subject>(subject: &S) -> Result<(State, Bytes), CommitError<SubjectError>> {
+    redact::state_and_view(subject, secret_fields(S::KIND)).map_err(|e| encode_error(S::KIND, e))
 }
 
 /// The redacted view of `subject`.

@@ -2,7 +2,7 @@
 //! only way to build the view of a subject that leaves the node.
 //!
 //! Every read of the admin API and every lifecycle outbox entity is a [`Redacted`] or the bytes
-//! of one ([`view_json`]), and only this module makes them. A secret field that is set reads as
+//! of one ([`state_and_view`]), and only this module makes them. A secret field that is set reads as
 //! `"[redacted]"` (so the view keeps the subject's shape and shows *that* a secret is set);
 //! one that is not set reads as `null`.
 
@@ -77,32 +77,37 @@ pub fn redact_fields<T: Serialize>(
     Ok(Redacted(value))
 }
 
-/// The JSON of the redacted view of a subject whose state is `state` (its
-/// `serde_json::to_value`), `encoded` canonically, and whose secret fields are `fields`: the
-/// same bytes as `redact_fields(subject, fields)?.to_json()` (a JSON map's keys are sorted, as
-/// in the canonical encoding). With no secret set, the view is the encoded state itself, so a
-/// change encodes its subject once for both its hash and its view.
-pub fn view_json(state: &Value, encoded: &State, fields: &[&str]) -> Bytes {
-    let set = |field: &&str| state.get(*field).is_some_and(|v| !v.is_null());
-    if !fields.iter().any(set) {
-        return encoded.encoded().clone();
+/// What a change needs of the subject it writes, from one encoding: its state, for the row's
+/// hash, and the JSON of its redacted view (`fields` its secret fields), for the answer and
+/// the event. The view's bytes are those of `redact_fields(subject, fields)?.to_json()` (a JSON
+/// map's keys are sorted, as in the canonical encoding); with no secret set, they are the
+/// encoded state itself.
+pub fn state_and_view<T: Serialize>(
+    subject: &T,
+    fields: &[&str],
+) -> Result<(State, Bytes), serde_json::Error> {
+    let mut value = serde_json::to_value(subject)?;
+    let state = State::of(&value);
+    if !fields.iter().any(|field| secret_set(&value, field)) {
+        let view = state.encoded().clone();
+        return Ok((state, view));
     }
-    let mut value = state.clone();
     redact_value(&mut value, fields);
-    crate::audit::encode_json(&value)
+    Ok((state, crate::audit::encode_json(&value)))
 }
 
 /// Redact the secret `fields` that are set in `value`.
 fn redact_value(value: &mut Value, fields: &[&str]) {
-    if let Value::Object(map) = value {
-        for field in fields {
-            if let Some(v) = map.get_mut(*field) {
-                if !v.is_null() {
-                    *v = Value::String(REDACTED.to_owned());
-                }
-            }
+    for field in fields {
+        if secret_set(value, field) {
+            value[*field] = Value::String(REDACTED.to_owned());
         }
     }
+}
+
+/// Whether secret `field` is set in `value` (present and not null).
+fn secret_set(value: &Value, field: &str) -> bool {
+    value.get(field).is_some_and(|v| !v.is_null())
 }
 
 #[cfg(test)]
@@ -112,17 +117,21 @@ mod tests {
     use crate::subjects::sources::Source;
     use serde_json::json;
 
-    #[test]
-    fn a_source_reads_with_its_secret_redacted_and_its_shape_kept() {
-        let verifier = Verifier::new(&Secret::new("hunter2"));
-        let mut source = Source {
+    fn source(secret: Option<Verifier>) -> Source {
+        Source {
             id: "s1".into(),
             tenant: "t1".into(),
             kind: "webhook".into(),
-            secret: Some(verifier.clone()),
-            config: serde_json::Map::new(),
-            revision: 1,
-        };
+            secret,
+            config: serde_json::Map::from_iter([("url".to_owned(), json!("https://h/x"))]),
+            revision: 2,
+        }
+    }
+
+    #[test]
+    fn a_source_reads_with_its_secret_redacted_and_its_shape_kept() {
+        let verifier = Verifier::new(&Secret::new("hunter2"));
+        let mut source = source(Some(verifier.clone()));
         let view = redact(&source).unwrap().into_value();
         assert_eq!(view["secret"], json!(REDACTED));
         let text = view.to_string();
@@ -132,24 +141,15 @@ mod tests {
     }
 
     #[test]
-    fn a_view_encoded_from_the_state_is_the_view_s_bytes() {
+    fn a_change_s_view_is_the_redacted_view_s_bytes_and_its_state_the_whole_subject() {
         let verifier = Verifier::new(&Secret::new("hunter2"));
-        let mut source = Source {
-            id: "s1".into(),
-            tenant: "t1".into(),
-            kind: "webhook".into(),
-            secret: Some(verifier.clone()),
-            config: serde_json::Map::from_iter([("url".to_owned(), json!("https://h/x"))]),
-            revision: 2,
-        };
         let salt = verifier.salt.clone();
         for secret in [Some(verifier), None] {
-            source.secret = secret;
-            let state = serde_json::to_value(&source).unwrap();
-            let fields = secret_fields(Kind::Source);
-            let bytes = view_json(&state, &State::of(&state), fields);
-            assert_eq!(bytes, redact(&source).unwrap().to_json());
-            assert!(!String::from_utf8_lossy(&bytes).contains(&salt));
+            let source = source(secret);
+            let (state, view) = state_and_view(&source, secret_fields(Kind::Source)).unwrap();
+            assert_eq!(view, redact(&source).unwrap().to_json());
+            assert!(!String::from_utf8_lossy(&view).contains(&salt));
+            assert_eq!(state, State::of(&serde_json::to_value(&source).unwrap()));
         }
         let route = crate::subjects::routes::Route {
             id: "r1".into(),
@@ -163,17 +163,17 @@ mod tests {
             enabled: true,
             revision: 1,
         };
-        let state = serde_json::to_value(&route).unwrap();
-        let bytes = view_json(&state, &State::of(&state), ROUTE_SECRET_FIELDS);
+        let (state, view) = state_and_view(&route, ROUTE_SECRET_FIELDS).unwrap();
         assert_eq!(
-            bytes,
+            view,
             redact_fields(&route, ROUTE_SECRET_FIELDS)
                 .unwrap()
                 .to_json()
         );
         assert_eq!(
-            bytes,
+            view,
             r#"{"destination":"https://h/x","enabled":true,"filter":{"a":"é","b":1},"id":"r1","revision":1,"source":"s1","tenant":"t1"}"#.as_bytes()
         );
+        assert_eq!(state.encoded(), &view);
     }
 }

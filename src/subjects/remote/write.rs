@@ -13,8 +13,9 @@ use serde_json::{json, Map, Value};
 
 use super::{corrupt, resource, view, Cas, Remote, RemoteStore, RemoteSubject, Versioned};
 use crate::audit::{Change, CommitError, Context, Finish, State};
+use crate::store::StoreError;
 use crate::subjects::key::check_name;
-use crate::subjects::redact::view_json;
+use crate::subjects::redact::state_and_view;
 use crate::subjects::{check_if_match, ChangeResult, IfMatch, SubjectChange, SubjectError};
 use crate::telemetry;
 
@@ -111,15 +112,13 @@ impl<T: RemoteSubject> Remote<T> {
             return Err(CommitError::StoreUnavailable);
         }
         let revision = before.as_ref().map_or(0, |b| b.revision()) + 1;
-        let before_state = json_of(before.as_ref())?.as_ref().map(State::of);
-        let after_value = json_of(after.as_ref())?;
-        let after_state = after_value.as_ref().map(State::of);
-        // Encoded once, with the state the writer hashes: the answer's body and the event's
-        // entity are the same bytes.
-        let after_json = after_value
+        let before_state = before.as_ref().map(encoded::<T>).transpose()?;
+        // The answer's body and the event's entity are the same bytes.
+        let (after_state, after_json) = after
             .as_ref()
-            .zip(after_state.as_ref())
-            .map(|(value, encoded)| view_json(value, encoded, T::SECRET_FIELDS));
+            .map(|a| state_and_view(a, T::SECRET_FIELDS).map_err(corrupt::<T>))
+            .transpose()?
+            .unzip();
         // A delete's event carries the subject as it was, at the delete's revision.
         let entity = match (&after_json, &before) {
             (Some(json), _) => json.clone(),
@@ -208,12 +207,8 @@ async fn apply<T: RemoteSubject>(
     }
 }
 
-/// The subject as a JSON value, the form its state and its view are made from.
-fn json_of<T: RemoteSubject>(
-    subject: Option<&T>,
-) -> Result<Option<Value>, CommitError<SubjectError>> {
-    subject
-        .map(serde_json::to_value)
-        .transpose()
-        .map_err(|e| corrupt::<T>(e).into())
+/// The subject's state, as the row's hash takes it.
+fn encoded<T: RemoteSubject>(subject: &T) -> Result<State, StoreError> {
+    let json = serde_json::to_value(subject).map_err(corrupt::<T>)?;
+    Ok(State::of(&json))
 }
