@@ -17,7 +17,7 @@ use std::ops::Bound;
 use std::sync::{Mutex, MutexGuard};
 
 use super::{Cas, Found, RemoteStore, RemoteSubject, Versioned};
-use crate::audit::{now_micros, Stamp};
+use crate::audit::{now_micros, Stamp, State};
 use crate::store::StoreError;
 
 /// Subjects by `(tenant, id)`: ordered, so a tenant's page comes back in id order.
@@ -137,7 +137,12 @@ impl<T: RemoteSubject + std::fmt::Debug> RemoteStore<T> for MemoryStore<T> {
         Ok(own(self.table().now()))
     }
 
-    async fn put(&self, subject: &T, expected: Option<u64>) -> Result<Cas, StoreError> {
+    async fn put(
+        &self,
+        subject: &T,
+        state: Option<&State>,
+        expected: Option<u64>,
+    ) -> Result<Cas, StoreError> {
         let mut table = self.table();
         let k = key(subject.tenant(), subject.id());
         let current = table.subjects.get(&k);
@@ -147,13 +152,17 @@ impl<T: RemoteSubject + std::fmt::Debug> RemoteStore<T> for MemoryStore<T> {
         }
         let mut stored = subject.clone();
         // The store keeps the revision: whatever the caller computed, it is the stored + 1.
-        stored.set_revision(current.map_or(0, |s| s.subject.revision()) + 1);
+        let revision = current.map_or(0, |s| s.subject.revision()) + 1;
+        stored.set_revision(revision);
+        // The caller's encoding is the stored subject's only at the revision it was made at.
+        let state = state.filter(|_| subject.revision() == revision).cloned();
         let version = table.next();
         table.subjects.insert(
             k,
             Versioned {
                 subject: stored,
                 version,
+                state,
             },
         );
         Ok(Cas::Written(own(version)))
@@ -172,5 +181,75 @@ impl<T: RemoteSubject + std::fmt::Debug> RemoteStore<T> for MemoryStore<T> {
         table.subjects.remove(&k);
         let version = table.next();
         Ok(Cas::Written(own(version)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Map;
+
+    use super::*;
+    use crate::subjects::routes::Route;
+
+    fn route(revision: u64) -> Route {
+        Route {
+            id: "r1".into(),
+            tenant: "t1".into(),
+            source: "s1".into(),
+            destination: "https://example.test/a".into(),
+            filter: Map::new(),
+            enabled: true,
+            revision,
+        }
+    }
+
+    fn state_of(route: &Route) -> State {
+        State::of(&serde_json::to_value(route).unwrap())
+    }
+
+    async fn stored_state(store: &MemoryStore<Route>) -> Option<State> {
+        let found = store.get("t1", "r1").await.unwrap();
+        found.subject.expect("the route is stored").state
+    }
+
+    #[tokio::test]
+    async fn the_state_written_with_a_subject_comes_back_with_it() {
+        let store = MemoryStore::default();
+        let first = route(1);
+        let version = match store.put(&first, Some(&state_of(&first)), None).await {
+            Ok(Cas::Written(stamp)) => stamp.version,
+            other => panic!("a create is written: {other:?}"),
+        };
+        let found = store.get("t1", "r1").await.unwrap().subject.unwrap();
+        assert_eq!(found.subject, first);
+        assert_eq!(found.state, Some(state_of(&found.subject)));
+
+        // Made for another revision than the one the store gives it: not kept.
+        let mut next = route(7);
+        next.destination = "https://example.test/b".into();
+        let written = store
+            .put(&next, Some(&state_of(&next)), Some(version))
+            .await;
+        assert!(matches!(written, Ok(Cas::Written(_))));
+        assert_eq!(stored_state(&store).await, None);
+
+        // Not given: none kept.
+        let version = store.get("t1", "r1").await.unwrap().version().unwrap();
+        let written = store.put(&route(3), None, Some(version)).await;
+        assert!(matches!(written, Ok(Cas::Written(_))));
+        assert_eq!(stored_state(&store).await, None);
+    }
+
+    #[tokio::test]
+    async fn a_refused_write_keeps_the_stored_state() {
+        let store = MemoryStore::default();
+        let first = route(1);
+        let created = store.put(&first, Some(&state_of(&first)), None).await;
+        assert!(matches!(created, Ok(Cas::Written(_))));
+        let mut other = route(2);
+        other.enabled = false;
+        let refused = store.put(&other, Some(&state_of(&other)), Some(0)).await;
+        assert_eq!(refused.unwrap(), Cas::Conflict { actual: 1 });
+        assert_eq!(stored_state(&store).await, Some(state_of(&first)));
     }
 }

@@ -27,7 +27,7 @@ use serde_json::Value;
 use super::key::check_name;
 use super::read::{Page, ReadError, MAX_PAGE};
 use super::redact::{redact_fields, Redacted};
-use crate::audit::{Hold, Present, Reading, Reconcile, Reconcilers, Stamp, Trail};
+use crate::audit::{Hold, Present, Reading, Reconcile, Reconcilers, Stamp, State, Trail};
 use crate::store::StoreError;
 
 pub use gate::Gate;
@@ -63,6 +63,10 @@ pub struct Versioned<T> {
     pub subject: T,
     /// The version of the change that made it what it is.
     pub version: u64,
+    /// Its canonical encoding, when the store kept the one its change was hashed with (the
+    /// memory store does): the next change's state before is then that buffer, not encoded
+    /// again.
+    pub state: Option<State>,
 }
 
 /// What a read of one subject found: the subject (`None`: it does not exist) and the version
@@ -138,8 +142,15 @@ pub trait RemoteStore<T: RemoteSubject>: Send + Sync + std::fmt::Debug {
     async fn version(&self) -> Result<Stamp, StoreError>;
 
     /// Write `subject` if it is at version `expected` (`None`: only if it does not exist);
-    /// its revision becomes the stored one + 1, which `subject`'s must be.
-    async fn put(&self, subject: &T, expected: Option<u64>) -> Result<Cas, StoreError>;
+    /// its revision becomes the stored one + 1, which `subject`'s must be. `state` is
+    /// `subject`'s canonical encoding when the caller has it, for a store that keeps it
+    /// ([`Versioned::state`]).
+    async fn put(
+        &self,
+        subject: &T,
+        state: Option<&State>,
+        expected: Option<u64>,
+    ) -> Result<Cas, StoreError>;
 
     /// Delete subject `id` of `tenant` if it is at version `expected`.
     async fn delete(&self, tenant: &str, id: &str, expected: u64) -> Result<Cas, StoreError>;

@@ -37,7 +37,7 @@ use redis::Script;
 use tokio::sync::OnceCell;
 
 use super::{Cas, Found, RemoteStore, RemoteSubject, Versioned};
-use crate::audit::Stamp;
+use crate::audit::{Stamp, State};
 use crate::store::StoreError;
 
 /// Write a subject if it is at the expected version (-1: absent), at the next version.
@@ -246,6 +246,7 @@ fn decode<T: RemoteSubject>(
     Ok(Some(Versioned {
         subject,
         version: ver.unwrap_or(0),
+        state: None,
     }))
 }
 
@@ -395,7 +396,12 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
         Ok(stamp(&name, counter.unwrap_or(0)))
     }
 
-    async fn put(&self, subject: &T, expected: Option<u64>) -> Result<Cas, StoreError> {
+    async fn put(
+        &self,
+        subject: &T,
+        _state: Option<&State>,
+        expected: Option<u64>,
+    ) -> Result<Cas, StoreError> {
         let key = self.key(subject.tenant(), subject.id());
         // The stored `rev` is the truth; the JSON's revision is overwritten on every read.
         let json = serde_json::to_string(subject).map_err(|e| StoreError::Corrupt {

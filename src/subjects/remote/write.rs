@@ -100,8 +100,15 @@ impl<T: RemoteSubject> Remote<T> {
         after: Option<T>,
         detail: Map<String, Value>,
     ) -> ChangeResult {
-        let expected = before.as_ref().map(|b| b.version);
-        let before = before.map(|b| b.subject);
+        // A store that kept the encoding its last change was hashed with hands it back: the
+        // state before is then that buffer, byte for byte the last row's state after.
+        let (expected, before, before_state) = match before {
+            Some(b) => {
+                let state = b.state.map_or_else(|| encoded(&b.subject), Ok)?;
+                (Some(b.version), Some(b.subject), Some(state))
+            }
+            None => (None, None, None),
+        };
         let Some(subject) = after.as_ref().or(before.as_ref()) else {
             return Err(CommitError::StoreUnavailable);
         };
@@ -112,7 +119,6 @@ impl<T: RemoteSubject> Remote<T> {
             return Err(CommitError::StoreUnavailable);
         }
         let revision = before.as_ref().map_or(0, |b| b.revision()) + 1;
-        let before_state = before.as_ref().map(encoded::<T>).transpose()?;
         // The answer's body and the event's entity are the same bytes.
         let (after_state, after_json) = after
             .as_ref()
@@ -125,6 +131,7 @@ impl<T: RemoteSubject> Remote<T> {
             (None, Some(b)) => view(b)?.with_revision(revision).to_json(),
             (None, None) => return Err(CommitError::StoreUnavailable),
         };
+        let stored_state = after_state.clone();
         let mut change = Change::new([T::KIND, ".", verb].concat(), resource::<T>(&id))
             .tenant(&tenant)
             .encoded_states(before_state, after_state)
@@ -143,7 +150,7 @@ impl<T: RemoteSubject> Remote<T> {
                     apply(
                         store,
                         (tenant.clone(), id.clone()),
-                        after,
+                        (after, stored_state),
                         (expected, revision),
                     )
                 })
@@ -162,12 +169,12 @@ impl<T: RemoteSubject> Remote<T> {
     }
 }
 
-/// The store's compare-and-set of one change, on the version it read (`expected`; `None`
-/// for a create), and what it means for the row.
+/// The store's compare-and-set of one change (`after` and its state; `None` for a delete),
+/// on the version it read (`expected`; `None` for a create), and what it means for the row.
 async fn apply<T: RemoteSubject>(
     store: Arc<dyn RemoteStore<T>>,
     (tenant, id): (String, String),
-    after: Option<T>,
+    (after, state): (Option<T>, Option<State>),
     (expected, revision): (Option<u64>, u64),
 ) -> (Option<Finish>, Result<(), CommitError<SubjectError>>) {
     fail::fail_point!("remote::apply", |_| (
@@ -175,7 +182,7 @@ async fn apply<T: RemoteSubject>(
         Err(CommitError::StoreUnavailable)
     ));
     let written = match (&after, expected) {
-        (Some(subject), _) => store.put(subject, expected).await,
+        (Some(subject), _) => store.put(subject, state.as_ref(), expected).await,
         (None, Some(expected)) => store.delete(&tenant, &id, expected).await,
         (None, None) => return (Some(Finish::Refused), Err(CommitError::StoreUnavailable)),
     };

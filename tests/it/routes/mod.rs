@@ -18,7 +18,7 @@ use crate::support::eventually;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ankusa::audit::{pending_rows, Row, SettleOptions, Stamp, Trail};
+use ankusa::audit::{pending_rows, Row, SettleOptions, Stamp, State, Trail};
 use ankusa::store::{keys, Cf, Store, StoreError};
 use ankusa::subjects::remote::redis::RedisStore;
 use ankusa::subjects::remote::{Cas, Found, RemoteStore, Versioned};
@@ -164,8 +164,13 @@ impl RemoteStore<Route> for HeldRead {
     async fn version(&self) -> Result<Stamp, StoreError> {
         self.inner.version().await
     }
-    async fn put(&self, route: &Route, expected: Option<u64>) -> Result<Cas, StoreError> {
-        self.inner.put(route, expected).await
+    async fn put(
+        &self,
+        route: &Route,
+        state: Option<&State>,
+        expected: Option<u64>,
+    ) -> Result<Cas, StoreError> {
+        self.inner.put(route, state, expected).await
     }
     async fn delete(&self, tenant: &str, id: &str, expected: u64) -> Result<Cas, StoreError> {
         self.inner.delete(tenant, id, expected).await

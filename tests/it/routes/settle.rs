@@ -44,6 +44,7 @@ async fn update_of(
         Versioned {
             subject: after,
             version,
+            state: None,
         },
         change,
     )
@@ -56,7 +57,7 @@ async fn leave_pending(trail: &Trail, store: &Arc<RouteStore>, id: &str, apply: 
     let pending = trail.begin::<()>(ctx("alice"), change).await.unwrap();
     if apply {
         store
-            .put(&after.subject, Some(after.version))
+            .put(&after.subject, None, Some(after.version))
             .await
             .unwrap();
     }
@@ -104,7 +105,7 @@ async fn a_dropped_pending_is_settled_while_the_node_runs() {
         let store = store.clone();
         async move {
             store
-                .put(&after.subject, Some(after.version))
+                .put(&after.subject, None, Some(after.version))
                 .await
                 .unwrap();
             let _ = put.send(());
@@ -346,7 +347,7 @@ async fn a_change_by_someone_else_before_settlement_is_interrupted_with_refresh(
     let mut theirs = found.into_subject().unwrap();
     theirs.enabled = false;
     theirs.revision = 3;
-    other.put(&theirs, version).await.unwrap();
+    other.put(&theirs, None, version).await.unwrap();
     let trail = open_trail(dir.path(), true);
     let settling = settling(
         &trail,
