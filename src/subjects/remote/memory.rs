@@ -20,7 +20,8 @@ use super::{Cas, Found, RemoteStore, RemoteSubject, Versioned};
 use crate::audit::{now_micros, Stamp, State};
 use crate::store::StoreError;
 
-/// Subjects by `(tenant, id)`: ordered, so a tenant's page comes back in id order.
+/// Subjects by tenant, then id: ordered, so a tenant's page comes back in id order, and found
+/// by `&str` without building a key.
 #[derive(Debug)]
 pub struct MemoryStore<T> {
     table: Mutex<Table<T>>,
@@ -28,7 +29,8 @@ pub struct MemoryStore<T> {
 
 #[derive(Debug)]
 struct Table<T> {
-    subjects: BTreeMap<(String, String), Versioned<T>>,
+    /// A tenant is here while it has a subject.
+    subjects: BTreeMap<String, BTreeMap<String, Versioned<T>>>,
     /// The last version issued or read as a floor.
     version: u64,
 }
@@ -45,6 +47,38 @@ impl<T> Table<T> {
     fn next(&mut self) -> u64 {
         self.version = (self.version + 1).max(now_micros());
         self.version
+    }
+
+    fn find(&self, tenant: &str, id: &str) -> Option<&Versioned<T>> {
+        self.subjects.get(tenant)?.get(id)
+    }
+
+    fn remove(&mut self, tenant: &str, id: &str) {
+        if let Some(ids) = self.subjects.get_mut(tenant) {
+            ids.remove(id);
+            if ids.is_empty() {
+                self.subjects.remove(tenant);
+            }
+        }
+    }
+}
+
+impl<T: RemoteSubject> Table<T> {
+    /// Store `subject`, in place of what was there under its tenant and id.
+    fn insert(&mut self, subject: Versioned<T>) {
+        let s = &subject.subject;
+        let Some(ids) = self.subjects.get_mut(s.tenant()) else {
+            let (tenant, id) = (s.tenant().to_owned(), s.id().to_owned());
+            self.subjects
+                .insert(tenant, BTreeMap::from([(id, subject)]));
+            return;
+        };
+        match ids.get_mut(s.id()) {
+            Some(stored) => *stored = subject,
+            None => {
+                ids.insert(s.id().to_owned(), subject);
+            }
+        }
     }
 }
 
@@ -67,10 +101,6 @@ impl<T> MemoryStore<T> {
     }
 }
 
-fn key(tenant: &str, id: &str) -> (String, String) {
-    (tenant.to_owned(), id.to_owned())
-}
-
 /// A version of this node's own store.
 fn own(version: u64) -> Stamp {
     Stamp {
@@ -86,19 +116,12 @@ impl<T: RemoteSubject + std::fmt::Debug> RemoteStore<T> for MemoryStore<T> {
     }
 
     async fn tenants(&self) -> Result<Vec<String>, StoreError> {
-        let mut tenants: Vec<String> = Vec::new();
-        // Keys are in (tenant, id) order: a tenant's subjects are together.
-        for (tenant, _) in self.table().subjects.keys() {
-            if tenants.last() != Some(tenant) {
-                tenants.push(tenant.clone());
-            }
-        }
-        Ok(tenants)
+        Ok(self.table().subjects.keys().cloned().collect())
     }
 
     async fn get(&self, tenant: &str, id: &str) -> Result<Found<T>, StoreError> {
         let mut table = self.table();
-        let subject = table.subjects.get(&key(tenant, id)).cloned();
+        let subject = table.find(tenant, id).cloned();
         let version = match &subject {
             Some(s) => s.version,
             None => table.now(),
@@ -110,7 +133,7 @@ impl<T: RemoteSubject + std::fmt::Debug> RemoteStore<T> for MemoryStore<T> {
     }
 
     async fn exists(&self, tenant: &str, id: &str) -> Result<bool, StoreError> {
-        Ok(self.table().subjects.contains_key(&key(tenant, id)))
+        Ok(self.table().find(tenant, id).is_some())
     }
 
     async fn list(
@@ -119,15 +142,13 @@ impl<T: RemoteSubject + std::fmt::Debug> RemoteStore<T> for MemoryStore<T> {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Vec<Versioned<T>>, StoreError> {
-        let from = match after {
-            Some(after) => Bound::Excluded(key(tenant, after)),
-            None => Bound::Included(key(tenant, "")),
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let table = self.table();
+        let Some(ids) = table.subjects.get(tenant) else {
+            return Ok(Vec::new());
         };
-        Ok(self
-            .table()
-            .subjects
-            .range((from, Bound::Unbounded))
-            .take_while(|((t, _), _)| t == tenant)
+        Ok(ids
+            .range::<str, _>((from, Bound::Unbounded))
             .take(limit)
             .map(|(_, s)| s.clone())
             .collect())
@@ -139,46 +160,40 @@ impl<T: RemoteSubject + std::fmt::Debug> RemoteStore<T> for MemoryStore<T> {
 
     async fn put(
         &self,
-        subject: &T,
-        state: Option<&State>,
+        mut subject: T,
+        state: Option<State>,
         expected: Option<u64>,
     ) -> Result<Cas, StoreError> {
         let mut table = self.table();
-        let k = key(subject.tenant(), subject.id());
-        let current = table.subjects.get(&k);
+        let current = table.find(subject.tenant(), subject.id());
         if current.map(|s| s.version) != expected {
             let actual = current.map_or(0, |s| s.subject.revision());
             return Ok(Cas::Conflict { actual });
         }
-        let mut stored = subject.clone();
         // The store keeps the revision: whatever the caller computed, it is the stored + 1.
         let revision = current.map_or(0, |s| s.subject.revision()) + 1;
-        stored.set_revision(revision);
         // The caller's encoding is the stored subject's only at the revision it was made at.
-        let state = state.filter(|_| subject.revision() == revision).cloned();
+        let state = state.filter(|_| subject.revision() == revision);
+        subject.set_revision(revision);
         let version = table.next();
-        table.subjects.insert(
-            k,
-            Versioned {
-                subject: stored,
-                version,
-                state,
-            },
-        );
+        table.insert(Versioned {
+            subject,
+            version,
+            state,
+        });
         Ok(Cas::Written(own(version)))
     }
 
     async fn delete(&self, tenant: &str, id: &str, expected: u64) -> Result<Cas, StoreError> {
         let mut table = self.table();
-        let k = key(tenant, id);
-        match table.subjects.get(&k) {
+        match table.find(tenant, id) {
             Some(s) if s.version == expected => {}
             other => {
                 let actual = other.map_or(0, |s| s.subject.revision());
                 return Ok(Cas::Conflict { actual });
             }
         }
-        table.subjects.remove(&k);
+        table.remove(tenant, id);
         let version = table.next();
         Ok(Cas::Written(own(version)))
     }
@@ -216,7 +231,7 @@ mod tests {
     async fn the_state_written_with_a_subject_comes_back_with_it() {
         let store = MemoryStore::default();
         let first = route(1);
-        let version = match store.put(&first, Some(&state_of(&first)), None).await {
+        let version = match store.put(first.clone(), Some(state_of(&first)), None).await {
             Ok(Cas::Written(stamp)) => stamp.version,
             other => panic!("a create is written: {other:?}"),
         };
@@ -228,14 +243,14 @@ mod tests {
         let mut next = route(7);
         next.destination = "https://example.test/b".into();
         let written = store
-            .put(&next, Some(&state_of(&next)), Some(version))
+            .put(next.clone(), Some(state_of(&next)), Some(version))
             .await;
         assert!(matches!(written, Ok(Cas::Written(_))));
         assert_eq!(stored_state(&store).await, None);
 
         // Not given: none kept.
         let version = store.get("t1", "r1").await.unwrap().version().unwrap();
-        let written = store.put(&route(3), None, Some(version)).await;
+        let written = store.put(route(3), None, Some(version)).await;
         assert!(matches!(written, Ok(Cas::Written(_))));
         assert_eq!(stored_state(&store).await, None);
     }
@@ -244,12 +259,41 @@ mod tests {
     async fn a_refused_write_keeps_the_stored_state() {
         let store = MemoryStore::default();
         let first = route(1);
-        let created = store.put(&first, Some(&state_of(&first)), None).await;
+        let created = store.put(first.clone(), Some(state_of(&first)), None).await;
         assert!(matches!(created, Ok(Cas::Written(_))));
         let mut other = route(2);
         other.enabled = false;
-        let refused = store.put(&other, Some(&state_of(&other)), Some(0)).await;
+        let refused = store
+            .put(other.clone(), Some(state_of(&other)), Some(0))
+            .await;
         assert_eq!(refused.unwrap(), Cas::Conflict { actual: 1 });
         assert_eq!(stored_state(&store).await, Some(state_of(&first)));
+    }
+
+    #[tokio::test]
+    async fn tenants_and_pages_follow_the_subjects() {
+        let store = MemoryStore::default();
+        for (tenant, id) in [("t2", "r1"), ("t1", "r2"), ("t1", "r1"), ("t1", "r3")] {
+            let mut r = route(1);
+            (r.tenant, r.id) = (tenant.into(), id.into());
+            assert!(matches!(
+                store.put(r, None, None).await,
+                Ok(Cas::Written(_))
+            ));
+        }
+        assert_eq!(store.tenants().await.unwrap(), ["t1", "t2"]);
+        let ids = |page: Vec<Versioned<Route>>| -> Vec<String> {
+            page.into_iter().map(|v| v.subject.id).collect()
+        };
+        assert_eq!(ids(store.list("t1", None, 2).await.unwrap()), ["r1", "r2"]);
+        assert_eq!(ids(store.list("t1", Some("r2"), 2).await.unwrap()), ["r3"]);
+        assert!(store.list("t3", None, 2).await.unwrap().is_empty());
+
+        // A tenant whose last subject is deleted is gone.
+        let version = store.get("t2", "r1").await.unwrap().version().unwrap();
+        let deleted = store.delete("t2", "r1", version).await;
+        assert!(matches!(deleted, Ok(Cas::Written(_))));
+        assert_eq!(store.tenants().await.unwrap(), ["t1"]);
+        assert!(!store.exists("t2", "r1").await.unwrap());
     }
 }

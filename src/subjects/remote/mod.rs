@@ -147,8 +147,8 @@ pub trait RemoteStore<T: RemoteSubject>: Send + Sync + std::fmt::Debug {
     /// ([`Versioned::state`]).
     async fn put(
         &self,
-        subject: &T,
-        state: Option<&State>,
+        subject: T,
+        state: Option<State>,
         expected: Option<u64>,
     ) -> Result<Cas, StoreError>;
 

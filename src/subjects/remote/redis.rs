@@ -398,13 +398,13 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
 
     async fn put(
         &self,
-        subject: &T,
-        _state: Option<&State>,
+        subject: T,
+        _state: Option<State>,
         expected: Option<u64>,
     ) -> Result<Cas, StoreError> {
         let key = self.key(subject.tenant(), subject.id());
         // The stored `rev` is the truth; the JSON's revision is overwritten on every read.
-        let json = serde_json::to_string(subject).map_err(|e| StoreError::Corrupt {
+        let json = serde_json::to_string(&subject).map_err(|e| StoreError::Corrupt {
             what: key.clone(),
             detail: e.to_string(),
         })?;

@@ -181,8 +181,8 @@ async fn apply<T: RemoteSubject>(
         None,
         Err(CommitError::StoreUnavailable)
     ));
-    let written = match (&after, expected) {
-        (Some(subject), _) => store.put(subject, state.as_ref(), expected).await,
+    let written = match (after, expected) {
+        (Some(subject), _) => store.put(subject, state, expected).await,
         (None, Some(expected)) => store.delete(&tenant, &id, expected).await,
         (None, None) => return (Some(Finish::Refused), Err(CommitError::StoreUnavailable)),
     };

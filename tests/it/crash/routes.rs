@@ -158,7 +158,7 @@ async fn a_concurrent_change_between_crash_and_settlement_is_interrupted_with_re
     let mut theirs = found.into_subject().unwrap();
     theirs.destination = "https://example.test/c".into();
     theirs.revision = 3;
-    other.put(&theirs, None, version).await.unwrap();
+    other.put(theirs, None, version).await.unwrap();
     let rows = restart_and_settle(dir.path(), &url).await;
     assert_eq!(rows.len(), 2);
     assert_eq!(rows[1].result, RowResult::Interrupted);

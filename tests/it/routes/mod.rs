@@ -166,8 +166,8 @@ impl RemoteStore<Route> for HeldRead {
     }
     async fn put(
         &self,
-        route: &Route,
-        state: Option<&State>,
+        route: Route,
+        state: Option<State>,
         expected: Option<u64>,
     ) -> Result<Cas, StoreError> {
         self.inner.put(route, state, expected).await

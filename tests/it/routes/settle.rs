@@ -57,7 +57,7 @@ async fn leave_pending(trail: &Trail, store: &Arc<RouteStore>, id: &str, apply: 
     let pending = trail.begin::<()>(ctx("alice"), change).await.unwrap();
     if apply {
         store
-            .put(&after.subject, None, Some(after.version))
+            .put(after.subject.clone(), None, Some(after.version))
             .await
             .unwrap();
     }
@@ -105,7 +105,7 @@ async fn a_dropped_pending_is_settled_while_the_node_runs() {
         let store = store.clone();
         async move {
             store
-                .put(&after.subject, None, Some(after.version))
+                .put(after.subject.clone(), None, Some(after.version))
                 .await
                 .unwrap();
             let _ = put.send(());
@@ -347,7 +347,7 @@ async fn a_change_by_someone_else_before_settlement_is_interrupted_with_refresh(
     let mut theirs = found.into_subject().unwrap();
     theirs.enabled = false;
     theirs.revision = 3;
-    other.put(&theirs, None, version).await.unwrap();
+    other.put(theirs.clone(), None, version).await.unwrap();
     let trail = open_trail(dir.path(), true);
     let settling = settling(
         &trail,

@@ -100,7 +100,7 @@ impl Tracked<'_> {
                     .into_subject()
                     .map_or(1, |r| r.revision + 1);
                 let route = route(tenant, id, revision);
-                (id, self.store.put(&route, None, expected).await.unwrap())
+                (id, self.store.put(route, None, expected).await.unwrap())
             }
             Op::Delete { id, expect } => {
                 let expected = self.expected(tenant, id, expect).await.unwrap_or(0);
@@ -185,7 +185,7 @@ async fn a_listed_id_whose_route_is_gone_does_not_end_the_listing() {
     let store = redis_store(&redis.url());
     for id in [1, 3, 4] {
         assert_eq!(
-            store.put(&route("t1", id, 1), None, None).await.unwrap(),
+            store.put(route("t1", id, 1), None, None).await.unwrap(),
             Cas::Written(store.version().await.unwrap())
         );
     }

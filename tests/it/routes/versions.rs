@@ -189,13 +189,13 @@ async fn a_redis_route_from_before_versions_reads_at_version_0_and_takes_the_nex
     let mut next = held.subject.clone();
     next.revision = 1;
     assert_eq!(
-        store.put(&next, None, None).await.unwrap(),
+        store.put(next.clone(), None, None).await.unwrap(),
         Cas::Conflict { actual: 3 },
         "a create over it is refused with its revision"
     );
     next.destination = "https://example.test/new".into();
     next.revision = 4;
-    let Cas::Written(stamp) = store.put(&next, None, Some(0)).await.unwrap() else {
+    let Cas::Written(stamp) = store.put(next.clone(), None, Some(0)).await.unwrap() else {
         panic!("a change at the version read is written");
     };
     assert_eq!(stamp.version, 8, "the counter's next");
@@ -241,7 +241,7 @@ async fn a_memory_store_started_again_issues_greater_versions() {
     };
     let mut last = 0;
     for _ in 0..100 {
-        let Cas::Written(stamp) = first.put(&route(1), None, None).await.unwrap() else {
+        let Cas::Written(stamp) = first.put(route(1), None, None).await.unwrap() else {
             panic!("a create of an absent route is written");
         };
         assert!(stamp.version > last);
@@ -261,7 +261,7 @@ async fn a_memory_store_started_again_issues_greater_versions() {
     tokio::time::sleep(Duration::from_millis(5)).await;
     let again: MemoryStore<Route> = MemoryStore::default();
     assert!(again.version().await.unwrap().version > floor);
-    let Cas::Written(stamp) = again.put(&route(1), None, None).await.unwrap() else {
+    let Cas::Written(stamp) = again.put(route(1), None, None).await.unwrap() else {
         panic!("written");
     };
     assert!(stamp.version > floor);
