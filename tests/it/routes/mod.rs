@@ -101,11 +101,13 @@ pub fn new_route(id: &str, destination: &str) -> NewRoute {
 }
 
 /// A route store whose next read, once armed, answers only when released: the window in
-/// which another change lands between a read and what the reader does with it.
+/// which another change lands between a read and what the reader does with it. Its next
+/// write can be held the same way, before it is made: a change in the middle of its apply.
 #[derive(Debug)]
 pub struct HeldRead {
     inner: Arc<RouteStore>,
     armed: std::sync::atomic::AtomicBool,
+    armed_write: std::sync::atomic::AtomicBool,
     read: tokio::sync::Notify,
     go: tokio::sync::Notify,
 }
@@ -116,6 +118,7 @@ impl HeldRead {
         HeldRead {
             inner,
             armed: Default::default(),
+            armed_write: Default::default(),
             read: Default::default(),
             go: Default::default(),
         }
@@ -126,14 +129,27 @@ impl HeldRead {
         self.armed.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
-    /// Wait until the held read has read.
+    /// Hold the next write (`put`), before it is made.
+    pub fn arm_write(&self) {
+        self.armed_write
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Wait until the held read has read (or the held write is reached).
     pub async fn reached(&self) {
         self.read.notified().await;
     }
 
-    /// Let the held read answer.
+    /// Let the held read answer (or the held write go on).
     pub fn release(&self) {
         self.go.notify_one();
+    }
+
+    async fn hold_if(&self, armed: &std::sync::atomic::AtomicBool) {
+        if armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            self.read.notify_one();
+            self.go.notified().await;
+        }
     }
 }
 
@@ -147,10 +163,7 @@ impl RemoteStore<Route> for HeldRead {
     }
     async fn get(&self, tenant: &str, id: &str) -> Result<Found<Route>, StoreError> {
         let found = self.inner.get(tenant, id).await;
-        if self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
-            self.read.notify_one();
-            self.go.notified().await;
-        }
+        self.hold_if(&self.armed).await;
         found
     }
     async fn list(
@@ -170,6 +183,7 @@ impl RemoteStore<Route> for HeldRead {
         state: Option<State>,
         expected: Option<u64>,
     ) -> Result<Cas, StoreError> {
+        self.hold_if(&self.armed_write).await;
         self.inner.put(route, state, expected).await
     }
     async fn delete(&self, tenant: &str, id: &str, expected: u64) -> Result<Cas, StoreError> {

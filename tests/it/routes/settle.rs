@@ -368,6 +368,54 @@ async fn a_change_by_someone_else_before_settlement_is_interrupted_with_refresh(
     trail.shutdown().await;
 }
 
+/// A change whose caller goes away in the middle of its apply (a client that hung up, a
+/// request timeout) still finishes its own row: the store's write goes on, and the row says
+/// what it did. Settlement is not running here, so nothing else could write that row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_whose_caller_goes_away_mid_apply_still_finishes_its_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let held = Arc::new(HeldRead::new(Arc::new(MemoryStore::<Route>::default())));
+    let store: Arc<RouteStore> = held.clone();
+    let trail = open_trail(dir.path(), true);
+    let routes = Routes::new(store.clone(), trail.clone());
+    let created = routes
+        .create(
+            ctx("alice"),
+            "t1".into(),
+            new_route("r1", "https://example.test/a"),
+        )
+        .await;
+    assert_eq!(created.unwrap().revision, 1);
+
+    held.arm_write();
+    let patch = RoutePatch {
+        destination: Some("https://example.test/b".into()),
+        ..RoutePatch::default()
+    };
+    let update = routes.update(ctx("bob"), "t1".into(), "r1".into(), patch, None);
+    tokio::select! {
+        _ = update => panic!("the store's write is held"),
+        () = held.reached() => {}
+    }
+    // The caller's future is dropped here, with the write held.
+    held.release();
+
+    let written = async || route_rows(trail.store(), "r1").len() == 2;
+    crate::support::eventually("the update's own row", Duration::from_secs(10), written).await;
+    let rows = route_rows(trail.store(), "r1");
+    let update = &rows[1];
+    assert_eq!(update.action, "route.update");
+    assert_eq!(update.actor, "bob");
+    assert_eq!(update.result, RowResult::Ok);
+    assert_eq!(update.revision, Some(2));
+    assert!(ankusa::audit::pending_rows(trail.store())
+        .unwrap()
+        .is_empty());
+    let stored = store.get("t1", "r1").await.unwrap().into_subject().unwrap();
+    assert_eq!(stored.destination, "https://example.test/b");
+    assert_eq!(stored.revision, 2);
+}
+
 /// An operator's change of a route while settlement is between reading it and settling its
 /// pending row waits for that row: the rows (and the events a replica applies in seq order)
 /// end with the operator's state, which the store holds. Settled after the change, the row
