@@ -85,6 +85,8 @@ return {1, n}
 pub struct RedisStore<T> {
     client: redis::Client,
     prefix: String,
+    /// `<prefix><kind>:version`.
+    counter_key: String,
     timeout: Duration,
     /// Made on first use, with the store's name: one connection attempt at a time, not one
     /// per caller; a failed attempt leaves it unmade for the next caller to try again.
@@ -133,6 +135,7 @@ impl<T: RemoteSubject> RedisStore<T> {
         Ok(RedisStore {
             client,
             prefix: prefix.to_owned(),
+            counter_key: [prefix, T::KIND, ":version"].concat(),
             timeout,
             conn: OnceCell::new(),
             put: Script::new(PUT),
@@ -181,16 +184,18 @@ impl<T: RemoteSubject> RedisStore<T> {
         Ok(id)
     }
 
+    // Joined, not formatted: every change makes three keys, and `format!` costs several
+    // times as much.
     fn key(&self, tenant: &str, id: &str) -> String {
-        format!("{}{}:{{{tenant}}}:{id}", self.prefix, T::KIND)
+        [&self.prefix, T::KIND, ":{", tenant, "}:", id].concat()
     }
 
-    fn counter_key(&self) -> String {
-        format!("{}{}:version", self.prefix, T::KIND)
+    fn counter_key(&self) -> &str {
+        &self.counter_key
     }
 
     fn index_key(&self, tenant: &str) -> String {
-        format!("{}{}s:{{{tenant}}}", self.prefix, T::KIND)
+        [&self.prefix, T::KIND, "s:{", tenant, "}"].concat()
     }
 
     /// The start of every tenant's index key: `<prefix><kind>s:{`.
