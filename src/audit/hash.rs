@@ -54,6 +54,11 @@ impl SubjectHasher {
 pub struct State(Bytes);
 
 impl State {
+    /// The state of `subject`, through its JSON value (whose map sorts the keys).
+    pub fn of_subject<T: serde::Serialize>(subject: &T) -> Result<State, serde_json::Error> {
+        Ok(State::of(&serde_json::to_value(subject)?))
+    }
+
     /// The state of a subject whose JSON is `subject`.
     pub fn of(subject: &Value) -> State {
         let mut buf = Vec::with_capacity(256);

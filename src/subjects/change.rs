@@ -172,8 +172,7 @@ where
 
 /// The complete subject, as hashed into its row.
 fn state<S: Subject>(subject: &S) -> Result<State, CommitError<SubjectError>> {
-    let json = serde_json::to_value(subject).map_err(|e| encode_error(S::KIND, e))?;
-    Ok(State::of(&json))
+    State::of_subject(subject).map_err(|e| encode_error(S::KIND, e))
 }
 
 /// The subject's state and the JSON of its redacted view, from one encoding.

@@ -149,7 +149,7 @@ mod tests {
             let (state, view) = state_and_view(&source, secret_fields(Kind::Source)).unwrap();
             assert_eq!(view, redact(&source).unwrap().to_json());
             assert!(!String::from_utf8_lossy(&view).contains(&salt));
-            assert_eq!(state, State::of(&serde_json::to_value(&source).unwrap()));
+            assert_eq!(state, State::of_subject(&source).unwrap());
         }
         let route = crate::subjects::routes::Route {
             id: "r1".into(),

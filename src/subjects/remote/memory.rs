@@ -219,7 +219,7 @@ mod tests {
     }
 
     fn state_of(route: &Route) -> State {
-        State::of(&serde_json::to_value(route).unwrap())
+        State::of_subject(route).unwrap()
     }
 
     async fn stored_state(store: &MemoryStore<Route>) -> Option<State> {

@@ -13,7 +13,6 @@ use serde_json::{json, Map, Value};
 
 use super::{corrupt, resource, view, Cas, Remote, RemoteStore, RemoteSubject, Versioned};
 use crate::audit::{Change, CommitError, Context, Finish, State};
-use crate::store::StoreError;
 use crate::subjects::key::check_name;
 use crate::subjects::redact::state_and_view;
 use crate::subjects::{check_if_match, ChangeResult, IfMatch, SubjectChange, SubjectError};
@@ -104,7 +103,10 @@ impl<T: RemoteSubject> Remote<T> {
         // state before is then that buffer, byte for byte the last row's state after.
         let (expected, before, before_state) = match before {
             Some(b) => {
-                let state = b.state.map_or_else(|| encoded(&b.subject), Ok)?;
+                let state = match b.state {
+                    Some(state) => state,
+                    None => State::of_subject(&b.subject).map_err(corrupt::<T>)?,
+                };
                 (Some(b.version), Some(b.subject), Some(state))
             }
             None => (None, None, None),
@@ -212,10 +214,4 @@ async fn apply<T: RemoteSubject>(
             (None, Err(CommitError::StoreUnavailable))
         }
     }
-}
-
-/// The subject's state, as the row's hash takes it.
-fn encoded<T: RemoteSubject>(subject: &T) -> Result<State, StoreError> {
-    let json = serde_json::to_value(subject).map_err(corrupt::<T>)?;
-    Ok(State::of(&json))
 }
