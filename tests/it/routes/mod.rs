@@ -104,7 +104,7 @@ pub fn new_route(id: &str, destination: &str) -> NewRoute {
 /// which another change lands between a read and what the reader does with it. Its next
 /// write can be held the same way, before it is made: a change in the middle of its apply.
 #[derive(Debug)]
-pub struct HeldRead {
+pub struct HeldStore {
     inner: Arc<RouteStore>,
     armed: std::sync::atomic::AtomicBool,
     armed_write: std::sync::atomic::AtomicBool,
@@ -112,10 +112,10 @@ pub struct HeldRead {
     go: tokio::sync::Notify,
 }
 
-impl HeldRead {
-    /// `inner`, its reads not held until [`HeldRead::arm`].
-    pub fn new(inner: Arc<RouteStore>) -> HeldRead {
-        HeldRead {
+impl HeldStore {
+    /// `inner`, its reads not held until [`HeldStore::arm`].
+    pub fn new(inner: Arc<RouteStore>) -> HeldStore {
+        HeldStore {
             inner,
             armed: Default::default(),
             armed_write: Default::default(),
@@ -154,7 +154,7 @@ impl HeldRead {
 }
 
 #[async_trait::async_trait]
-impl RemoteStore<Route> for HeldRead {
+impl RemoteStore<Route> for HeldStore {
     fn kind(&self) -> &'static str {
         self.inner.kind()
     }

@@ -13,7 +13,9 @@ use ankusa::subjects::remote::Versioned;
 use ankusa::subjects::routes::{Route, RoutePatch, RouteStore, Routes};
 use serde_json::{json, Value};
 
-use crate::routes::{entity, new_route, redis_store, route_rows, settling, wait_settled, HeldRead};
+use crate::routes::{
+    entity, new_route, redis_store, route_rows, settling, wait_settled, HeldStore,
+};
 use crate::support::redis::RedisServer;
 use crate::support::trail::{ctx, open_trail};
 
@@ -374,7 +376,7 @@ async fn a_change_by_someone_else_before_settlement_is_interrupted_with_refresh(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_whose_caller_goes_away_mid_apply_still_finishes_its_row() {
     let dir = tempfile::tempdir().unwrap();
-    let held = Arc::new(HeldRead::new(Arc::new(MemoryStore::<Route>::default())));
+    let held = Arc::new(HeldStore::new(Arc::new(MemoryStore::<Route>::default())));
     let store: Arc<RouteStore> = held.clone();
     let trail = open_trail(dir.path(), true);
     let routes = Routes::new(store.clone(), trail.clone());
@@ -423,7 +425,7 @@ async fn a_change_whose_caller_goes_away_mid_apply_still_finishes_its_row() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_waits_for_the_settlement_of_its_subject_in_progress() {
     let dir = tempfile::tempdir().unwrap();
-    let slow = Arc::new(HeldRead::new(Arc::new(MemoryStore::<Route>::default())));
+    let slow = Arc::new(HeldStore::new(Arc::new(MemoryStore::<Route>::default())));
     let store: Arc<RouteStore> = slow.clone();
     stopped_with_pending_on(dir.path(), store.clone()).await;
 
