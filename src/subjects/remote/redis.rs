@@ -130,8 +130,12 @@ impl<T: RemoteSubject> RedisStore<T> {
     /// A store on the Redis at `url`, its keys under `prefix`, every call bounded by `timeout`.
     /// Does not connect: the first call does.
     pub fn new(url: &str, prefix: &str, timeout: Duration) -> Result<RedisStore<T>, StoreError> {
-        let client = redis::Client::open(url)
-            .map_err(|_| StoreError::Unavailable("the Redis URL is not a Redis URL".into()))?;
+        let not_redis = |_| StoreError::Unavailable("the Redis URL is not a Redis URL".into());
+        let info = redis::IntoConnectionInfo::into_connection_info(url).map_err(not_redis)?;
+        // Commands go out as they are written: without TCP_NODELAY, one sent while another
+        // awaits its reply would wait for that reply's ACK.
+        let tcp = redis::io::tcp::TcpSettings::default().set_nodelay(true);
+        let client = redis::Client::open(info.set_tcp_settings(tcp)).map_err(not_redis)?;
         Ok(RedisStore {
             client,
             prefix: prefix.to_owned(),
@@ -152,10 +156,10 @@ impl<T: RemoteSubject> RedisStore<T> {
     /// A new connection, and the store's name.
     async fn connect(&self) -> Result<(ConnectionManager, String), StoreError> {
         let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(self.timeout)
-            .set_response_timeout(self.timeout)
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(self.timeout))
             .set_number_of_retries(1)
-            .set_max_delay(self.timeout.as_millis() as u64);
+            .set_max_delay(self.timeout);
         let made = tokio::time::timeout(
             self.timeout * 2,
             ConnectionManager::new_with_config(self.client.clone(), config),
