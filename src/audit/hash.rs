@@ -59,6 +59,16 @@ impl State {
         Ok(State::of(&serde_json::to_value(subject)?))
     }
 
+    /// The state of a subject whose serde output is already its canonical encoding: struct
+    /// fields declared in bytewise order of their names, every map in it a `serde_json::Map`.
+    /// Written straight from it, with no JSON value in between; such a type's tests hold it to
+    /// [`State::of_subject`].
+    pub fn of_sorted<T: serde::Serialize>(subject: &T) -> Result<State, serde_json::Error> {
+        let mut buf = Vec::with_capacity(256);
+        serde_json::to_writer(&mut buf, subject)?;
+        Ok(State(buf.into()))
+    }
+
     /// The state of a subject whose JSON is `subject`.
     pub fn of(subject: &Value) -> State {
         let mut buf = Vec::with_capacity(256);

@@ -20,13 +20,14 @@ mod write;
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
 use super::key::check_name;
 use super::read::{Page, ReadError, MAX_PAGE};
-use super::redact::{redact_fields, Redacted};
+use super::redact::{self, redact_fields, Redacted};
 use crate::audit::{Hold, Present, Reading, Reconcile, Reconcilers, Stamp, State, Trail};
 use crate::store::StoreError;
 
@@ -53,6 +54,15 @@ pub trait RemoteSubject: Serialize + DeserializeOwned + Clone + Send + Sync + 's
     /// Its redacted view.
     fn view(&self) -> Result<Redacted, serde_json::Error> {
         redact_fields(self, Self::SECRET_FIELDS)
+    }
+    /// Its state, for a row's hashes.
+    fn state(&self) -> Result<State, serde_json::Error> {
+        State::of_subject(self)
+    }
+    /// Its state and the JSON of its redacted view, from one encoding (see
+    /// [`redact::state_and_view`]).
+    fn state_and_view(&self) -> Result<(State, Bytes), serde_json::Error> {
+        redact::state_and_view(self, Self::SECRET_FIELDS)
     }
 }
 

@@ -14,7 +14,6 @@ use serde_json::{json, Map, Value};
 use super::{corrupt, resource, view, Cas, Remote, RemoteStore, RemoteSubject, Versioned};
 use crate::audit::{Change, CommitError, Context, Finish, State};
 use crate::subjects::key::check_name;
-use crate::subjects::redact::state_and_view;
 use crate::subjects::{check_if_match, ChangeResult, IfMatch, SubjectChange, SubjectError};
 use crate::telemetry;
 
@@ -105,7 +104,7 @@ impl<T: RemoteSubject> Remote<T> {
             Some(b) => {
                 let state = match b.state {
                     Some(state) => state,
-                    None => State::of_subject(&b.subject).map_err(corrupt::<T>)?,
+                    None => b.subject.state().map_err(corrupt::<T>)?,
                 };
                 (Some(b.version), Some(b.subject), Some(state))
             }
@@ -124,7 +123,7 @@ impl<T: RemoteSubject> Remote<T> {
         // The answer's body and the event's entity are the same bytes.
         let (after_state, after_json) = after
             .as_ref()
-            .map(|a| state_and_view(a, T::SECRET_FIELDS).map_err(corrupt::<T>))
+            .map(|a| a.state_and_view().map_err(corrupt::<T>))
             .transpose()?
             .unzip();
         // A delete's event carries the subject as it was, at the delete's revision.

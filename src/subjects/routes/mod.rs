@@ -14,15 +14,17 @@ mod ops;
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::key::check_name;
-use super::redact::ROUTE_SECRET_FIELDS;
+use super::redact::{self, ROUTE_SECRET_FIELDS};
 use super::remote::memory::MemoryStore;
 use super::remote::redis::RedisStore;
 use super::remote::{RemoteStore, RemoteSubject};
 use super::{char_len, is_object_key, SubjectError};
+use crate::audit::State;
 use crate::config::{RemoteStoreKind, RoutesConfig};
 use crate::store::StoreError;
 
@@ -37,23 +39,28 @@ pub const MAX_FILTER_KEYS: usize = 64;
 pub const MAX_DESTINATION_LEN: usize = 2048;
 
 /// A route as stored.
+///
+/// Its fields are declared in bytewise order of their names and its one map is a
+/// `serde_json::Map`, so serde_json writes a route in its canonical encoding as it is: its
+/// state is written straight from it (`State::of_sorted`). A field added out of order fails
+/// `a_route_is_written_in_its_canonical_encoding`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Route {
-    /// Its id within the tenant.
-    pub id: String,
-    /// Its tenant.
-    pub tenant: String,
-    /// The id of the source whose messages it routes.
-    pub source: String,
-    /// Where they go: an `http://` or `https://` URL without credentials.
+    /// Where its messages go: an `http://` or `https://` URL without credentials.
     pub destination: String,
-    /// Which messages it takes (attribute equality; empty: all).
-    pub filter: Map<String, Value>,
     /// Whether it routes at all.
     pub enabled: bool,
+    /// Which messages it takes (attribute equality; empty: all).
+    pub filter: Map<String, Value>,
+    /// Its id within the tenant.
+    pub id: String,
     /// Its change counter, kept by the route store: 1 on create, +1 on every change.
     pub revision: u64,
+    /// The id of the source whose messages it routes.
+    pub source: String,
+    /// Its tenant.
+    pub tenant: String,
 }
 
 /// The body of a create.
@@ -115,6 +122,20 @@ impl RemoteSubject for Route {
 
     fn set_revision(&mut self, revision: u64) {
         self.revision = revision;
+    }
+
+    fn state(&self) -> Result<State, serde_json::Error> {
+        State::of_sorted(self)
+    }
+
+    fn state_and_view(&self) -> Result<(State, Bytes), serde_json::Error> {
+        // With no secret field set, the view is the state's bytes.
+        if !Self::SECRET_FIELDS.is_empty() {
+            return redact::state_and_view(self, Self::SECRET_FIELDS);
+        }
+        let state = self.state()?;
+        let view = state.encoded().clone();
+        Ok((state, view))
     }
 }
 
@@ -239,6 +260,58 @@ fn check_filter(filter: &Map<String, Value>) -> Result<(), SubjectError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// Any JSON value a filter may hold, maps and arrays nested.
+    fn json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>().prop_filter_map("finite", |f| {
+                serde_json::Number::from_f64(f).map(Value::Number)
+            }),
+            any::<String>().prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map(any::<String>(), inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn route() -> impl Strategy<Value = Route> {
+        let filter = prop::collection::btree_map(any::<String>(), json(), 0..4);
+        let names = (any::<String>(), any::<String>(), any::<String>());
+        (any::<String>(), any::<bool>(), filter, any::<u64>(), names).prop_map(
+            |(destination, enabled, filter, revision, (id, source, tenant))| Route {
+                destination,
+                enabled,
+                filter: filter.into_iter().collect(),
+                id,
+                revision,
+                source,
+                tenant,
+            },
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn a_route_is_written_in_its_canonical_encoding(route in route()) {
+            let text = |state: &State| String::from_utf8_lossy(state.encoded()).into_owned();
+            let canonical = State::of_subject(&route).unwrap();
+            prop_assert_eq!(text(&route.state().unwrap()), text(&canonical));
+            let (state, view) = route.state_and_view().unwrap();
+            let (slow_state, slow_view) =
+                redact::state_and_view(&route, ROUTE_SECRET_FIELDS).unwrap();
+            prop_assert_eq!(text(&state), text(&slow_state));
+            prop_assert_eq!(view, slow_view);
+        }
+    }
 
     #[test]
     fn destinations_are_http_urls_without_credentials() {
