@@ -11,10 +11,10 @@
 //! includes the position write, and is late by at most one poll. A consumer would instead
 //! add its own fetch wait and leave out the position write.
 //!
-//! The load is open loop: 64 connections, connection k sending change j at
-//! `t0 + (j * 64 + k) / rate` whether or not the previous one answered (to tokio's timer,
-//! 1 ms). The HTTP latency is counted from that scheduled time, so a node that falls behind
-//! shows it there and is not hidden by a generator that waits.
+//! The load is open loop: n connections (64, or `ANKUSA_BENCH_KAFKA_CONNS`), connection k
+//! sending change j at `t0 + (j * n + k) / rate` whether or not the previous one answered
+//! (to tokio's timer, 1 ms). The HTTP latency is counted from that scheduled time, so a node
+//! that falls behind shows it there and is not hidden by a generator that waits.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,13 +25,20 @@ use ankusa::telemetry::lifecycle::sink_position;
 use serde_json::json;
 
 use crate::changes::{Conn, Kind};
+use crate::env::env;
 use crate::node::Node;
 use crate::stats::{percentile, Failures};
 
 /// How often the position is read.
 const POLL: Duration = Duration::from_micros(250);
-/// Connections of the paced load.
-pub const CONNS: usize = 64;
+/// Connections of the paced load: `ANKUSA_BENCH_KAFKA_CONNS`, 64 when unset. Each has one
+/// change in flight, so a node that answers slower than 64 / rate falls behind however much
+/// CPU it has left.
+pub fn conns() -> usize {
+    env("ANKUSA_BENCH_KAFKA_CONNS")
+        .filter(|n| *n > 0)
+        .unwrap_or(64)
+}
 /// How long the events of a run may take to be confirmed after its last change.
 const DRAIN: Duration = Duration::from_secs(30);
 
@@ -71,7 +78,7 @@ pub fn run(
         v["lifecycle"]["sinks"] = json!([sink]);
         v["lifecycle"]["sink"][sink] = json!({"kind": "kafka", "brokers": brokers, "topic": topic});
     });
-    let conns: Vec<Arc<Conn>> = (0..CONNS)
+    let conns: Vec<Arc<Conn>> = (0..conns())
         .map(|c| Arc::new(Conn::new(&node.base, Kind::Route, c)))
         .collect();
     let mut failures = Failures::default();

@@ -241,7 +241,7 @@ fn latency(load: &tokio::runtime::Runtime, half_rate: f64, run_for: Duration) ->
     let brokers = cluster.bootstrap_servers();
     println!(
         "commit to Kafka-confirmed (MockCluster), route changes (memory store), open loop on {} connections, {:.1} s per run; latencies in ms",
-        kafka::CONNS,
+        kafka::conns(),
         run_for.as_secs_f64()
     );
     println!(
