@@ -69,11 +69,9 @@ impl State {
         Ok(State(buf.into()))
     }
 
-    /// The state of a subject whose JSON is `subject`.
+    /// The state of a subject whose JSON is `subject` (a JSON value's maps are sorted).
     pub fn of(subject: &Value) -> State {
-        let mut buf = Vec::with_capacity(256);
-        canonical(subject, &mut buf);
-        State(buf.into())
+        State::of_sorted(subject).expect("a JSON value always serializes")
     }
 
     /// The canonical encoding (secrets included: only for a view with no secret set).

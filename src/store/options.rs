@@ -32,8 +32,9 @@ fn block_cache() -> &'static Cache {
 /// outbox entities, pending rows and meta keys, each family in key order; with one hint
 /// per first byte, each insert starts where its family's last one ended instead of at the
 /// memtable's top level. (The option has no setter of its own in the crate.)
-fn audit_memtable(base: &mut Options) -> Options {
-    base.get_options_from_string(AUDIT_MEMTABLE)
+fn audit_memtable() -> Options {
+    Options::default()
+        .get_options_from_string(AUDIT_MEMTABLE)
         .expect("the audit family's memtable options are valid")
 }
 
@@ -49,10 +50,10 @@ pub(super) fn cf_descriptors() -> Vec<ColumnFamilyDescriptor> {
 }
 
 fn cf_options(cf: Cf) -> Options {
-    let mut opts = Options::default();
-    if cf == Cf::Audit {
-        opts = audit_memtable(&mut opts);
-    }
+    let mut opts = match cf {
+        Cf::Audit => audit_memtable(),
+        _ => Options::default(),
+    };
     // LZ4: cheap on CPU, and JSON rows compress well.
     opts.set_compression_type(DBCompressionType::Lz4);
     let mut table = BlockBasedOptions::default();

@@ -60,9 +60,15 @@ pub trait RemoteSubject: Serialize + DeserializeOwned + Clone + Send + Sync + 's
         State::of_subject(self)
     }
     /// Its state and the JSON of its redacted view, from one encoding (see
-    /// [`redact::state_and_view`]).
+    /// [`redact::state_and_view`]). A kind with no secret field has nothing to redact: its
+    /// view is its state's bytes, however [`RemoteSubject::state`] makes them.
     fn state_and_view(&self) -> Result<(State, Bytes), serde_json::Error> {
-        redact::state_and_view(self, Self::SECRET_FIELDS)
+        if !Self::SECRET_FIELDS.is_empty() {
+            return redact::state_and_view(self, Self::SECRET_FIELDS);
+        }
+        let state = self.state()?;
+        let view = state.encoded().clone();
+        Ok((state, view))
     }
 }
 

@@ -14,12 +14,11 @@ mod ops;
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::key::check_name;
-use super::redact::{self, ROUTE_SECRET_FIELDS};
+use super::redact::ROUTE_SECRET_FIELDS;
 use super::remote::memory::MemoryStore;
 use super::remote::redis::RedisStore;
 use super::remote::{RemoteStore, RemoteSubject};
@@ -126,16 +125,6 @@ impl RemoteSubject for Route {
 
     fn state(&self) -> Result<State, serde_json::Error> {
         State::of_sorted(self)
-    }
-
-    fn state_and_view(&self) -> Result<(State, Bytes), serde_json::Error> {
-        // With no secret field set, the view is the state's bytes.
-        if !Self::SECRET_FIELDS.is_empty() {
-            return redact::state_and_view(self, Self::SECRET_FIELDS);
-        }
-        let state = self.state()?;
-        let view = state.encoded().clone();
-        Ok((state, view))
     }
 }
 
@@ -260,6 +249,7 @@ fn check_filter(filter: &Map<String, Value>) -> Result<(), SubjectError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::subjects::redact;
     use proptest::prelude::*;
 
     /// Any JSON value a filter may hold, maps and arrays nested.

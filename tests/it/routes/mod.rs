@@ -108,7 +108,7 @@ pub struct HeldStore {
     inner: Arc<RouteStore>,
     armed: std::sync::atomic::AtomicBool,
     armed_write: std::sync::atomic::AtomicBool,
-    read: tokio::sync::Notify,
+    reached: tokio::sync::Notify,
     go: tokio::sync::Notify,
 }
 
@@ -119,7 +119,7 @@ impl HeldStore {
             inner,
             armed: Default::default(),
             armed_write: Default::default(),
-            read: Default::default(),
+            reached: Default::default(),
             go: Default::default(),
         }
     }
@@ -137,7 +137,7 @@ impl HeldStore {
 
     /// Wait until the held read has read (or the held write is reached).
     pub async fn reached(&self) {
-        self.read.notified().await;
+        self.reached.notified().await;
     }
 
     /// Let the held read answer (or the held write go on).
@@ -147,7 +147,7 @@ impl HeldStore {
 
     async fn hold_if(&self, armed: &std::sync::atomic::AtomicBool) {
         if armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
-            self.read.notify_one();
+            self.reached.notify_one();
             self.go.notified().await;
         }
     }
