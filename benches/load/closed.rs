@@ -9,7 +9,7 @@ use tokio::sync::Barrier;
 use crate::changes::{Conn, Kind};
 use crate::cpu::{per_change, Cpu};
 use crate::redis::Redis;
-use crate::stats::{Failures, Point};
+use crate::stats::{Failures, Point, Stages};
 use crate::GENERATOR;
 
 /// Changes of `kind` on `conns` connections to the node at `base` for `run_for`, from a
@@ -54,6 +54,7 @@ pub fn measure(
         let began = Instant::now();
         let cpu = Cpu::now(Some(GENERATOR));
         let server_before = server.and_then(Redis::cpu_ticks);
+        let stages = Stages::now();
         let mut latencies = Vec::new();
         let mut failures = Failures::default();
         for t in tasks {
@@ -64,6 +65,7 @@ pub fn measure(
         // The changes begun before the deadline, over the time they all took to answer.
         let elapsed = began.elapsed();
         let server_after = server.and_then(Redis::cpu_ticks);
+        let stage_means = stages.means_since();
         let count = latencies.len();
         let mut point = Point::of(
             latencies,
@@ -74,6 +76,7 @@ pub fn measure(
         if let (Some(before), Some(after)) = (server_before, server_after) {
             point.redis_us = per_change(after.saturating_sub(before), count);
         }
+        point.stages = stage_means;
         point
     })
 }

@@ -101,13 +101,14 @@ fn main() {
         let redis = Redis::start();
         let point = measure(&load, &redis, series, n, 1, run_for);
         println!(
-            "{one}: {:.0}/s, p50 {:.2} ms, p99 {:.2} ms, {:.0} us CPU a change{} (the load generator {} us), {} failed",
+            "{one}: {:.0}/s, p50 {:.2} ms, p99 {:.2} ms, {:.0} us CPU a change{} (the load generator {} us){}, {} failed",
             point.rate,
             point.p50,
             point.p99,
             point.cpu_us,
             report::redis_cpu(point.redis_us),
             report::micros(point.load_us),
+            stats::stages(&point.stages),
             point.failures.count
         );
         return;
@@ -230,6 +231,7 @@ fn raw_point(n: usize, run_for: Duration) -> Point {
         cpu_us,
         redis_us: f64::NAN,
         load_us: f64::NAN,
+        stages: [f64::NAN; 4],
         failures: Failures::default(),
     }
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::changes::Kind;
 use crate::closed::Turn;
-use crate::stats::{median, Failures, Point};
+use crate::stats::{self, median, Failures, Point};
 use crate::CONNS;
 
 /// What a throughput point measures.
@@ -69,13 +69,14 @@ impl Table {
     /// Record (and print) round `round`'s point of `series` at `n` connections.
     pub fn add(&mut self, round: usize, series: Series, n: usize, point: Point) {
         println!(
-            "round {round} {n:>3} conns {:<17} {:>9.0}/s  p50 {:>7.2} ms  p99 {:>7.2} ms  cpu {:>6.0} us{}{}",
+            "round {round} {n:>3} conns {:<17} {:>9.0}/s  p50 {:>7.2} ms  p99 {:>7.2} ms  cpu {:>6.0} us{}{}{}",
             series.name(),
             point.rate,
             point.p50,
             point.p99,
             point.cpu_us,
             redis_cpu(point.redis_us),
+            stats::stages(&point.stages),
             failed(&point.failures)
         );
         self.points.entry((series, n)).or_default().push(point);
@@ -135,6 +136,7 @@ impl Table {
             }
         }
         println!("(medians of the rounds; cpu: the process's CPU time per change apart from the load generator's threads; redis: redis-server's CPU time per change; load: the load generator's, which shares the cores too (for raw, nothing); vs raw: the median of each round's ratio to raw synced batches at the same concurrency)");
+        self.print_stages();
         for (store, route) in [
             ("memory", Series::RouteMemory),
             ("redis", Series::RouteRedis),
@@ -160,6 +162,30 @@ impl Table {
             (Series::Source, 64),
             None,
         );
+    }
+
+    /// Where a route change's time goes: the mean of each dual-write stage, per point.
+    fn print_stages(&self) {
+        println!();
+        println!(
+            "{:>5}  {:<17} {:>8} {:>8} {:>8} {:>8}",
+            "conns", "route change", "read ms", "begin ms", "store ms", "finish ms"
+        );
+        for n in CONNS {
+            for series in [Series::RouteMemory, Series::RouteRedis] {
+                let points = self.rounds(series, n);
+                let of = |i: usize| median(points.iter().map(|p| p.stages[i]).collect());
+                println!(
+                    "{n:>5}  {:<17} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
+                    series.name(),
+                    of(0),
+                    of(1),
+                    of(2),
+                    of(3)
+                );
+            }
+        }
+        println!("(medians of the rounds of each stage's mean, from the node's ankusa_audit_dual_write_seconds: read and store are the route store's round trips, begin and finish the waits for the pending row and the row to be synced)");
     }
 
     fn ratio(&self, what: &str, a: (Series, usize), b: (Series, usize), target: Option<f64>) {

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use ankusa::telemetry::dual::{stage_total, Stage};
+
 use crate::cpu::Cpu;
 
 /// Failed requests: how many, and the first few answers, to print.
@@ -47,6 +49,8 @@ pub struct Point {
     pub redis_us: f64,
     /// The load generator's CPU time per change, in microseconds: it shares the cores too.
     pub load_us: f64,
+    /// A dual write's mean time in each [`Stage`], in milliseconds (NaN: none in the point).
+    pub stages: [f64; 4],
     pub failures: Failures,
 }
 
@@ -67,12 +71,49 @@ impl Point {
             cpu_us,
             redis_us: f64::NAN,
             load_us,
+            stages: [f64::NAN; 4],
             rate: latencies.len() as f64 / elapsed.as_secs_f64(),
             p50: percentile(&latencies, 0.50),
             p99: percentile(&latencies, 0.99),
             failures,
         }
     }
+}
+
+/// The time the node's dual writes have spent in each [`Stage`] so far, and how many did, read
+/// from its metrics (the node runs in this process).
+pub struct Stages([(f64, u64); 4]);
+
+impl Stages {
+    pub fn now() -> Stages {
+        Stages(Stage::ALL.map(stage_total))
+    }
+
+    /// Each stage's mean since `self`, in milliseconds (NaN where none was timed).
+    pub fn means_since(&self) -> [f64; 4] {
+        let now = Stages::now();
+        std::array::from_fn(|i| {
+            let ((sum, n), (sum0, n0)) = (now.0[i], self.0[i]);
+            match n - n0 {
+                0 => f64::NAN,
+                n => (sum - sum0) * 1000.0 / n as f64,
+            }
+        })
+    }
+}
+
+/// A point's stages for its line: `read 0.63 begin 1.47 store 0.76 finish 1.55 ms` (nothing
+/// where it made no dual write).
+pub fn stages(means: &[f64; 4]) -> String {
+    if means.iter().all(|m| m.is_nan()) {
+        return String::new();
+    }
+    let each: Vec<String> = Stage::ALL
+        .iter()
+        .zip(means)
+        .map(|(s, m)| format!("{} {m:.2}", s.label()))
+        .collect();
+    format!("; stages {} ms", each.join(" "))
 }
 
 /// The `p` percentile of sorted `latencies`, in milliseconds (NaN when there are none).

@@ -40,6 +40,7 @@ use crate::audit::writer::Request;
 use crate::audit::{Change, CommitError, Context, Trail};
 use crate::store::{keys, Cf, Store, StoreError};
 use crate::telemetry;
+use crate::telemetry::dual::{timed, Stage};
 
 /// What the trail keeps for dual writes.
 #[derive(Debug)]
@@ -133,9 +134,9 @@ impl Trail {
         Fut: Future<Output = (Option<Finish>, T)>,
     {
         fail::fail_point!("dual::before_begin");
-        let pending = self.begin(ctx, change).await?;
+        let pending = timed(Stage::Begin, self.begin(ctx, change)).await?;
         fail::fail_point!("dual::before_apply");
-        let (how, value) = apply().await;
+        let (how, value) = timed(Stage::Store, apply()).await;
         fail::fail_point!("dual::before_finish");
         let Some(how) = how else {
             drop(pending);
@@ -144,7 +145,7 @@ impl Trail {
                 value,
             });
         };
-        let settled = match self.finish(pending, how).await {
+        let settled = match timed(Stage::Finish, self.finish(pending, how)).await {
             Ok(settled) => settled,
             Err(e) => {
                 // The change itself went as `how` says; only its row is late (settlement

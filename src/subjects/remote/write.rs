@@ -16,6 +16,7 @@ use crate::audit::{Change, CommitError, Context, Finish, State};
 use crate::subjects::key::check_name;
 use crate::subjects::{check_if_match, ChangeResult, IfMatch, SubjectChange, SubjectError};
 use crate::telemetry;
+use crate::telemetry::dual::{timed, Stage};
 
 impl<T: RemoteSubject> Remote<T> {
     /// Subject `id` of `tenant` as an update or delete finds it (names already checked):
@@ -65,7 +66,8 @@ impl<T: RemoteSubject> Remote<T> {
         tenant: &str,
         id: &str,
     ) -> Result<Versioned<T>, CommitError<SubjectError>> {
-        self.store.get(tenant, id).await?.subject.ok_or_else(|| {
+        let found = timed(Stage::Read, self.store.get(tenant, id)).await?;
+        found.subject.ok_or_else(|| {
             CommitError::Refused(SubjectError::NotFound {
                 resource: resource::<T>(id),
             })
@@ -78,7 +80,7 @@ impl<T: RemoteSubject> Remote<T> {
         tenant: &str,
         id: &str,
     ) -> Result<(), CommitError<SubjectError>> {
-        if self.store.exists(tenant, id).await? {
+        if timed(Stage::Read, self.store.exists(tenant, id)).await? {
             return Err(SubjectError::Exists {
                 resource: resource::<T>(id),
             }

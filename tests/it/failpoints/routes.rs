@@ -60,6 +60,12 @@ async fn an_unanswered_store_write_is_503_and_settled_by_reconcile() {
         "ankusa_audit_pending_settled_total{by=\"finish\",result=\"ok\"} 1",
         "ankusa_audit_pending_settled_total{by=\"reconcile\",result=\"failed\"} 1",
         "ankusa_audit_pending_abandoned_total 1",
+        // The create's read (whether it exists) and the update's; both pending rows and both
+        // store writes (the lost one too); the create's row alone.
+        "ankusa_audit_dual_write_seconds_count{stage=\"read\"} 2",
+        "ankusa_audit_dual_write_seconds_count{stage=\"begin\"} 2",
+        "ankusa_audit_dual_write_seconds_count{stage=\"store\"} 2",
+        "ankusa_audit_dual_write_seconds_count{stage=\"finish\"} 1",
     ] {
         assert!(metrics.contains(line), "{line} in\n{metrics}");
     }
