@@ -1,5 +1,6 @@
-//! RocksDB's options for the node's store: background threads, the WAL's recovery mode,
-//! one shared block cache, and per-family table settings (larger blocks for the trail).
+//! RocksDB's options for the node's store: background threads, the WAL (its recovery mode
+//! and its bound), one shared block cache, and per-family table settings (larger blocks for
+//! the trail).
 
 use rocksdb::{BlockBasedOptions, Cache, ColumnFamilyDescriptor, DBCompressionType, Options};
 
@@ -16,8 +17,15 @@ pub(super) fn db_options() -> Options {
     // Smooth out fsync cost of flushes and compactions instead of one large sync at the end.
     opts.set_bytes_per_sync(1 << 20);
     opts.set_keep_log_file_num(10);
+    // Without a bound, a family written rarely (overrides, sources) keeps every WAL since
+    // its last flush, up to 4 times all memtables (2.75 GB): a crash would replay all of
+    // it at boot. Past this, such a family is flushed and its WALs deleted.
+    opts.set_max_total_wal_size(MAX_TOTAL_WAL_BYTES);
     opts
 }
+
+/// The most WAL the store keeps: four of the trail's memtables.
+pub(super) const MAX_TOTAL_WAL_BYTES: u64 = 128 << 20;
 
 /// Bytes of the block cache shared by every column family. Reads past it fall back to the
 /// OS page cache; the publisher reads the outbox sequentially, so a small cache costs little.

@@ -215,3 +215,36 @@ fn cursor_advances_to_the_first_entry_at_or_after_each_target_near_or_far() {
     }
     assert_eq!(walked, vec![196, 198, 1000]);
 }
+
+/// The bytes of the store's WAL files.
+fn wal_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
+        .sum()
+}
+
+#[test]
+fn a_family_written_once_does_not_keep_the_wal_past_its_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    // One override, then the trail's writes alone: the overrides' family has unflushed data
+    // in the first WAL, which would keep it and every later one.
+    let overrides = store.cf(Cf::Overrides);
+    store.db.put_cf(overrides, b"k", b"v").unwrap();
+    let audit = store.cf(Cf::Audit);
+    let value = vec![b'.'; 1 << 20];
+    let mut most = 0;
+    for i in 0..2 * options::MAX_TOTAL_WAL_BYTES >> 20 {
+        let mut b = WriteBatch::default();
+        b.put_cf(audit, i.to_be_bytes(), &value);
+        store.write(b, false).unwrap();
+        most = most.max(wal_bytes(dir.path()));
+    }
+    // The bound, the WAL written meanwhile and one more while the flush runs.
+    let allowed = options::MAX_TOTAL_WAL_BYTES + (64 << 20);
+    assert!(most <= allowed, "the WAL reached {most} bytes, past {allowed}");
+    assert_eq!(store.get(Cf::Overrides, b"k").unwrap().as_deref(), Some(&b"v"[..]));
+}
