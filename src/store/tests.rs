@@ -237,7 +237,8 @@ fn a_family_written_once_does_not_keep_the_wal_past_its_bound() {
     let audit = store.cf(Cf::Audit);
     let value = vec![b'.'; 1 << 20];
     let mut most = 0;
-    for i in 0..2 * options::MAX_TOTAL_WAL_BYTES >> 20 {
+    // Twice the bound, a MiB a batch.
+    for i in 0..(2 * options::MAX_TOTAL_WAL_BYTES) >> 20 {
         let mut b = WriteBatch::default();
         b.put_cf(audit, i.to_be_bytes(), &value);
         store.write(b, false).unwrap();
@@ -245,6 +246,12 @@ fn a_family_written_once_does_not_keep_the_wal_past_its_bound() {
     }
     // The bound, the WAL written meanwhile and one more while the flush runs.
     let allowed = options::MAX_TOTAL_WAL_BYTES + (64 << 20);
-    assert!(most <= allowed, "the WAL reached {most} bytes, past {allowed}");
-    assert_eq!(store.get(Cf::Overrides, b"k").unwrap().as_deref(), Some(&b"v"[..]));
+    assert!(
+        most <= allowed,
+        "the WAL reached {most} bytes, past {allowed}"
+    );
+    assert_eq!(
+        store.get(Cf::Overrides, b"k").unwrap().as_deref(),
+        Some(&b"v"[..])
+    );
 }
