@@ -27,7 +27,7 @@ use serde_json::json;
 use crate::changes::{Conn, Kind};
 use crate::env::env;
 use crate::node::Node;
-use crate::stats::{percentile, Failures};
+use crate::stats::{percentile, Failures, Stages};
 
 /// How often the position is read.
 const POLL: Duration = Duration::from_micros(250);
@@ -56,6 +56,8 @@ pub struct Run {
     /// Scheduled send to HTTP 200, ms.
     pub http_p50: f64,
     pub http_p99: f64,
+    /// A route change's mean time in each dual-write stage, ms (see `stats::Stages`).
+    pub stages: [f64; 4],
     /// Failed changes, and changes whose event was not confirmed within [`DRAIN`].
     pub failures: Failures,
 }
@@ -99,8 +101,10 @@ pub fn run(
     let waiting: Waiting = Arc::default();
     let done = Arc::new(AtomicBool::new(false));
     let watcher = watch(sink.to_owned(), waiting.clone(), done.clone());
+    let stages = Stages::now();
     let (http, answered_rate) =
         load.block_on(paced(&conns, rate, run_for, &waiting, &mut failures));
+    let stages = stages.means_since();
     let sent = http.len();
     done.store(true, Ordering::Relaxed);
     let mut confirmed = watcher.join().expect("the position watcher");
@@ -121,6 +125,7 @@ pub fn run(
         confirmed_max: percentile(&confirmed, 1.0),
         http_p50: percentile(&http, 0.50),
         http_p99: percentile(&http, 0.99),
+        stages,
         failures,
     }
 }

@@ -259,7 +259,7 @@ fn latency(load: &tokio::runtime::Runtime, half_rate: f64, run_for: Duration) ->
             let sink = format!("kafka{r}x{run}");
             let k = kafka::run(load, &brokers, &topic, &sink, rate, run_for);
             println!(
-                "{:>8.0} {run:>4} {:>10.0} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2}{}",
+                "{:>8.0} {run:>4} {:>10.0} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2}{}{}",
                 k.rate,
                 k.answered_rate,
                 k.http_p50,
@@ -267,6 +267,7 @@ fn latency(load: &tokio::runtime::Runtime, half_rate: f64, run_for: Duration) ->
                 k.confirmed_p50,
                 k.confirmed_p99,
                 k.confirmed_max,
+                stats::stages(&k.stages),
                 report::failed(&k.failures)
             );
             p99s.push(k.confirmed_p99);
