@@ -16,7 +16,10 @@ pub(super) fn db_options() -> Options {
     opts.set_wal_recovery_mode(rocksdb::DBRecoveryMode::PointInTime);
     // Smooth out fsync cost of flushes and compactions instead of one large sync at the end.
     opts.set_bytes_per_sync(1 << 20);
-    opts.set_keep_log_file_num(10);
+    // RocksDB's own log (`LOG`) rolls only at open unless it has a size: a node that runs
+    // for months would grow one file without end. Rolled, at most ten are kept.
+    opts.set_max_log_file_size(INFO_LOG_BYTES);
+    opts.set_keep_log_file_num(INFO_LOGS_KEPT);
     // Without a bound, a family written rarely (overrides, sources) keeps every WAL since
     // its last flush, up to 4 times all memtables (2.75 GB): a crash would replay all of
     // it at boot. Past this, such a family is flushed and its WALs deleted.
@@ -28,6 +31,10 @@ pub(super) fn db_options() -> Options {
 
 /// The most WAL the store keeps: four of the trail's memtables.
 pub(super) const MAX_TOTAL_WAL_BYTES: u64 = 128 << 20;
+
+/// The size at which RocksDB's own log rolls over, and how many of them are kept.
+pub(super) const INFO_LOG_BYTES: usize = 16 << 20;
+pub(super) const INFO_LOGS_KEPT: usize = 10;
 
 /// Bytes of the block cache shared by every column family. Reads past it fall back to the
 /// OS page cache; the publisher reads the outbox sequentially, so a small cache costs little.

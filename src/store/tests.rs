@@ -69,12 +69,12 @@ fn quiesce_leaves_no_memtable_and_no_compaction_behind() {
     );
 }
 
-#[test]
-fn only_the_trail_family_keeps_an_insert_hint_per_key_family() {
-    let dir = tempfile::tempdir().unwrap();
-    drop(Store::open(dir.path()).unwrap());
-    // RocksDB writes the options each family was opened with to an OPTIONS file.
-    let written = std::fs::read_dir(dir.path())
+/// The options a fresh store was opened with, as RocksDB writes them to its OPTIONS file:
+/// `option(section, name)` is the value of `name` in `section` (`DBOptions`, or
+/// `CFOptions "<family>"`).
+fn written_options(dir: &Path) -> impl Fn(&str, &str) -> String {
+    drop(Store::open(dir).unwrap());
+    let written = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| {
@@ -86,15 +86,25 @@ fn only_the_trail_family_keeps_an_insert_hint_per_key_family() {
         .max()
         .unwrap();
     let written = std::fs::read_to_string(written).unwrap();
-    let hint = |cf: Cf| {
-        let section = format!("[CFOptions \"{}\"]", cf.name());
-        let body = written.split(&section).nth(1).unwrap();
+    move |section, name| {
+        let body = written.split(&format!("[{section}]")).nth(1).unwrap();
         let body = body.split("\n[").next().unwrap();
+        let prefix = format!("{name}=");
         body.lines()
             .map(str::trim)
-            .find_map(|l| l.strip_prefix("memtable_insert_with_hint_prefix_extractor="))
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
             .unwrap()
             .to_owned()
+    }
+}
+
+#[test]
+fn only_the_trail_family_keeps_an_insert_hint_per_key_family() {
+    let dir = tempfile::tempdir().unwrap();
+    let option = written_options(dir.path());
+    let hint = |cf: Cf| {
+        let section = format!("CFOptions \"{}\"", cf.name());
+        option(&section, "memtable_insert_with_hint_prefix_extractor")
     };
     let (_, expected) = options::AUDIT_MEMTABLE.split_once('=').unwrap();
     assert_eq!(hint(Cf::Audit), expected);
@@ -254,4 +264,13 @@ fn a_family_written_once_does_not_keep_the_wal_past_its_bound() {
         store.get(Cf::Overrides, b"k").unwrap().as_deref(),
         Some(&b"v"[..])
     );
+}
+
+#[test]
+fn rocksdb_own_logs_roll_at_a_size_and_are_kept_ten_deep() {
+    let dir = tempfile::tempdir().unwrap();
+    let option = written_options(dir.path());
+    let db = |name| option("DBOptions", name).parse::<usize>().unwrap();
+    assert_eq!(db("max_log_file_size"), options::INFO_LOG_BYTES);
+    assert_eq!(db("keep_log_file_num"), options::INFO_LOGS_KEPT);
 }
