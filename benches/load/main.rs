@@ -108,7 +108,7 @@ fn main() {
             point.cpu_us,
             report::redis_cpu(point.redis_us),
             report::micros(point.load_us),
-            stats::stages(&point.stages),
+            report::stages(&point.stages),
             point.failures.count
         );
         return;
@@ -267,7 +267,7 @@ fn latency(load: &tokio::runtime::Runtime, half_rate: f64, run_for: Duration) ->
                 k.confirmed_p50,
                 k.confirmed_p99,
                 k.confirmed_max,
-                stats::stages(&k.stages),
+                report::stages(&k.stages),
                 report::failed(&k.failures)
             );
             p99s.push(k.confirmed_p99);

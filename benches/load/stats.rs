@@ -102,20 +102,6 @@ impl Stages {
     }
 }
 
-/// A point's stages for its line: `read 0.63 begin 1.47 store 0.76 finish 1.55 ms` (nothing
-/// where it made no dual write).
-pub fn stages(means: &[f64; 4]) -> String {
-    if means.iter().all(|m| m.is_nan()) {
-        return String::new();
-    }
-    let each: Vec<String> = Stage::ALL
-        .iter()
-        .zip(means)
-        .map(|(s, m)| format!("{} {m:.2}", s.label()))
-        .collect();
-    format!("; stages {} ms", each.join(" "))
-}
-
 /// The `p` percentile of sorted `latencies`, in milliseconds (NaN when there are none).
 pub fn percentile(latencies: &[Duration], p: f64) -> f64 {
     if latencies.is_empty() {

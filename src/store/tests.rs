@@ -69,14 +69,17 @@ fn quiesce_leaves_no_memtable_and_no_compaction_behind() {
     );
 }
 
+/// The files in the store's directory.
+fn files(dir: &Path) -> impl Iterator<Item = std::path::PathBuf> {
+    std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path())
+}
+
 /// The options a fresh store was opened with, as RocksDB writes them to its OPTIONS file:
 /// `option(section, name)` is the value of `name` in `section` (`DBOptions`, or
 /// `CFOptions "<family>"`).
 fn written_options(dir: &Path) -> impl Fn(&str, &str) -> String {
     drop(Store::open(dir).unwrap());
-    let written = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
+    let written = files(dir)
         .filter(|p| {
             p.file_name()
                 .unwrap()
@@ -228,9 +231,7 @@ fn cursor_advances_to_the_first_entry_at_or_after_each_target_near_or_far() {
 
 /// The bytes of the store's WAL files.
 fn wal_bytes(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
+    files(dir)
         .filter(|p| p.extension().is_some_and(|e| e == "log"))
         .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
         .sum()

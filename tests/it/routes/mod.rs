@@ -113,7 +113,7 @@ pub struct HeldStore {
 }
 
 impl HeldStore {
-    /// `inner`, its reads not held until [`HeldStore::arm`].
+    /// `inner`, nothing held until [`HeldStore::arm`] or [`HeldStore::arm_write`].
     pub fn new(inner: Arc<RouteStore>) -> HeldStore {
         HeldStore {
             inner,
