@@ -36,6 +36,7 @@ pub mod config;
 pub mod lifecycle;
 pub mod node;
 pub mod replica;
+pub mod server;
 pub mod store;
 pub mod subjects;
 pub mod telemetry;

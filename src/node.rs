@@ -177,8 +177,8 @@ async fn serve_on(
     tracing::info!(%addr, seq = *trail.committed().borrow(), "node serving");
     ready.store(true, Ordering::Release);
     // Returns once every connection is closed: within `api.shutdown_grace` of `shutdown`.
-    let limits = api::server::ConnectionLimits::of(&config.api);
-    api::server::serve(listener, api::router(state), limits, shutdown).await;
+    let limits = config.api.connection_limits();
+    crate::server::serve(listener, api::router(state), limits, shutdown).await;
     ready.store(false, Ordering::Release);
     // Checked before the writer is asked to stop: then it stops on purpose.
     let writer_died = !trail.is_taking_changes();

@@ -13,9 +13,10 @@ use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use axum::extract::FromRequestParts;
+use axum::extract::{FromRequestParts, State};
 use axum::http::header;
 use axum::http::request::Parts;
+use axum::response::IntoResponse as _;
 use base64::Engine as _;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -250,6 +251,35 @@ impl<S: RequiredScope> FromRequestParts<AppState> for Authorized<S> {
         }
         Ok(Authorized(caller, PhantomData))
     }
+}
+
+/// The paths a reserved connection slot serves without a token: the probes.
+const PROBES: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
+
+/// Middleware: on a reserved connection slot (`server::Reserved`), only probes and requests
+/// with a token that authenticates are served; any other gets 503 `busy` at once, so that
+/// its slot frees.
+pub async fn reserved_slots(
+    State(state): State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    if request
+        .extensions()
+        .get::<crate::server::Reserved>()
+        .is_none()
+        || PROBES.contains(&request.uri().path())
+    {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let known = bearer(&parts).is_ok_and(|token| state.admin.tokens.authenticate(token).is_some());
+    if !known {
+        telemetry::api::reserved_refused();
+        return ApiError::Busy.into_response();
+    }
+    next.run(axum::extract::Request::from_parts(parts, body))
+        .await
 }
 
 /// The token of an `Authorization: Bearer <token>` header, or why there is none.

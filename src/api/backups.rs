@@ -44,7 +44,7 @@ pub struct NewBackup {}
 /// this handler, but the backup still gets its row (or is discarded), never neither. 409
 /// `backup_in_progress` while another backup is under way.
 pub async fn create(
-    WriteContext(ctx): WriteContext,
+    WriteContext { ctx, .. }: WriteContext,
     State(state): State<AppState>,
     OptionalJson(_options): OptionalJson<NewBackup>,
 ) -> Result<Response, ApiError> {

@@ -31,7 +31,7 @@ use super::auth::{AdminWrite, Authorized};
 use super::error::ApiError;
 use super::AppState;
 use crate::audit::{Context, Trace};
-use crate::config::TrustedProxy;
+use crate::config::{Scope, TrustedProxy};
 use crate::telemetry;
 
 /// The request id header, read and echoed.
@@ -236,7 +236,14 @@ fn is_port(port: &str) -> bool {
 
 /// The context of a change: an `admin:write` caller and where it asked from.
 #[derive(Debug, Clone)]
-pub struct WriteContext(pub Context);
+pub struct WriteContext {
+    /// Who asked, and from where.
+    pub ctx: Context,
+    /// Whether the caller may also read subjects (`admin:read`): a write answers with the
+    /// subject's view only then, so that a write-only token cannot read through a change
+    /// (a PATCH that changes nothing answers the whole subject).
+    pub reads: bool,
+}
 
 impl FromRequestParts<AppState> for WriteContext {
     type Rejection = ApiError;
@@ -246,7 +253,10 @@ impl FromRequestParts<AppState> for WriteContext {
             .await?
             .0;
         let origin = Origin::from_request_parts(parts, state).await?;
-        Ok(WriteContext(origin.context(&caller.name)))
+        Ok(WriteContext {
+            ctx: origin.context(&caller.name),
+            reads: caller.has(Scope::AdminRead),
+        })
     }
 }
 

@@ -66,6 +66,9 @@ pub enum ApiError {
     StoreUnavailable,
     /// 503: the audit trail is at a ceiling; retry later.
     AuditBacklog,
+    /// 503: every connection slot this client may take is held; on a reserved slot only
+    /// probes and authenticated requests are served.
+    Busy,
     /// 500: a bug or a corrupt value; details are logged only.
     Internal,
 }
@@ -100,9 +103,10 @@ impl ApiError {
             ApiError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
-            ApiError::StoreUnavailable | ApiError::AuditBacklog | ApiError::RequestTimeout => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ApiError::StoreUnavailable
+            | ApiError::AuditBacklog
+            | ApiError::RequestTimeout
+            | ApiError::Busy => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -124,6 +128,7 @@ impl ApiError {
             ApiError::RequestTimeout => "request_timeout",
             ApiError::StoreUnavailable => "store_unavailable",
             ApiError::AuditBacklog => "audit_backlog",
+            ApiError::Busy => "busy",
             ApiError::Internal => "internal",
         }
     }
@@ -174,6 +179,10 @@ impl ApiError {
                     .into(),
                 None,
             ),
+            ApiError::Busy => (
+                "every connection this client may hold is in use; retry shortly".into(),
+                None,
+            ),
             ApiError::Internal => ("internal error".into(), None),
         };
         let mut body = json!({"error": self.code(), "message": message});
@@ -199,7 +208,8 @@ impl IntoResponse for ApiError {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
             // The rest of the body may still be on its way: the connection cannot be reused.
-            ApiError::BodyTimeout => {
+            // A busy answer frees its reserved slot at once.
+            ApiError::BodyTimeout | ApiError::Busy => {
                 headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
             _ => {}

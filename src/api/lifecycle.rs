@@ -87,7 +87,7 @@ pub async fn list_letters(
 /// `POST /admin/v1/lifecycle/sinks/{sink}/dead-letters/redrive`: send them again, in seq
 /// order with their original ids; stops at the first that fails again.
 pub async fn redrive(
-    WriteContext(ctx): WriteContext,
+    WriteContext { ctx, .. }: WriteContext,
     State(state): State<AppState>,
     ApiPath(sink): ApiPath<String>,
 ) -> Result<Json<Value>, ApiError> {
@@ -101,7 +101,7 @@ pub async fn redrive(
 
 /// `DELETE /admin/v1/lifecycle/sinks/{sink}/dead-letters/{seq}`: drop one for good.
 pub async fn drop_letter(
-    WriteContext(ctx): WriteContext,
+    WriteContext { ctx, .. }: WriteContext,
     State(state): State<AppState>,
     ApiPath((sink, seq)): ApiPath<(String, u64)>,
 ) -> Result<Json<Value>, ApiError> {
@@ -115,7 +115,7 @@ pub async fn drop_letter(
 /// `POST /admin/v1/lifecycle/sinks/{sink}/enable`: resume a sink its destination disabled
 /// (a 410), from its position; 409 if it is not disabled.
 pub async fn enable(
-    WriteContext(ctx): WriteContext,
+    WriteContext { ctx, .. }: WriteContext,
     State(state): State<AppState>,
     ApiPath(sink): ApiPath<String>,
 ) -> Result<Json<Value>, ApiError> {
@@ -156,7 +156,7 @@ pub struct NewSnapshot {
 /// 409 `snapshot_in_progress` while one runs (`conflict` with lifecycle events off). One audit row (`snapshot.request`); the
 /// snapshot's own rows are system rows, never refused.
 pub async fn snapshot(
-    WriteContext(ctx): WriteContext,
+    WriteContext { ctx, .. }: WriteContext,
     State(state): State<AppState>,
     OptionalJson(body): OptionalJson<NewSnapshot>,
 ) -> Result<Response, ApiError> {

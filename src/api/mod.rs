@@ -22,7 +22,6 @@ pub mod replay;
 pub mod router;
 pub mod routes;
 pub mod schemas;
-pub mod server;
 pub mod sources;
 pub mod subject;
 
@@ -152,6 +151,11 @@ pub fn router(state: AppState) -> Router {
         .layer(middleware::from_fn_with_state(
             state.admin.limits,
             limits::deadlines,
+        ))
+        // Outside the deadlines: a refused request costs no handler.
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::reserved_slots,
         ))
         // Inside the request id, which the request's span names.
         .layer(middleware::from_fn(context::trace))

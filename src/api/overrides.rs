@@ -14,7 +14,7 @@ use crate::subjects::overrides::{self, SetOverride};
 
 /// `PUT`: set the override of a key (201 when new, 200 when replaced or unchanged).
 pub async fn set(
-    WriteContext(ctx): WriteContext,
+    WriteContext { ctx, reads }: WriteContext,
     State(state): State<AppState>,
     ApiPath((tenant, key)): ApiPath<(String, String)>,
     IfMatchHeader(if_match): IfMatchHeader,
@@ -26,16 +26,16 @@ pub async fn set(
     } else {
         StatusCode::OK
     };
-    Ok(written(status, outcome))
+    Ok(written(status, outcome, reads))
 }
 
 /// `DELETE`: delete the override of a key (204; honours `If-Match`).
 pub async fn delete(
-    WriteContext(ctx): WriteContext,
+    WriteContext { ctx, reads }: WriteContext,
     State(state): State<AppState>,
     ApiPath((tenant, key)): ApiPath<(String, String)>,
     IfMatchHeader(if_match): IfMatchHeader,
 ) -> Result<Response, ApiError> {
     let outcome = overrides::delete(&state.trail, ctx, tenant, key, if_match).await?;
-    Ok(written(StatusCode::NO_CONTENT, outcome))
+    Ok(written(StatusCode::NO_CONTENT, outcome, reads))
 }

@@ -13,22 +13,22 @@ use crate::subjects::quarantine::{self, NewQuarantine};
 
 /// `POST`: add an entry (201; 409 `already_exists`).
 pub async fn add(
-    WriteContext(ctx): WriteContext,
+    WriteContext { ctx, reads }: WriteContext,
     State(state): State<AppState>,
     ApiPath(tenant): ApiPath<String>,
     ApiJson(body): ApiJson<NewQuarantine>,
 ) -> Result<Response, ApiError> {
     let outcome = quarantine::add(&state.trail, ctx, tenant, body).await?;
-    Ok(written(StatusCode::CREATED, outcome))
+    Ok(written(StatusCode::CREATED, outcome, reads))
 }
 
 /// `DELETE`: remove an entry (204; honours `If-Match`).
 pub async fn remove(
-    WriteContext(ctx): WriteContext,
+    WriteContext { ctx, reads }: WriteContext,
     State(state): State<AppState>,
     ApiPath((tenant, id)): ApiPath<(String, String)>,
     IfMatchHeader(if_match): IfMatchHeader,
 ) -> Result<Response, ApiError> {
     let outcome = quarantine::remove_entry(&state.trail, ctx, tenant, id, if_match).await?;
-    Ok(written(StatusCode::NO_CONTENT, outcome))
+    Ok(written(StatusCode::NO_CONTENT, outcome, reads))
 }

@@ -14,7 +14,7 @@ use crate::subjects::replay::{self, NewReplay};
 /// `POST`: create a pending job (201; 409 `already_exists`; 422 when the source is
 /// missing).
 pub async fn create(
-    WriteContext(ctx): WriteContext,
+    WriteContext { ctx, reads }: WriteContext,
     State(state): State<AppState>,
     ApiPath(tenant): ApiPath<String>,
     ApiJson(body): ApiJson<NewReplay>,
@@ -24,17 +24,17 @@ pub async fn create(
         None => replay::Sources::Local,
     };
     let outcome = replay::create(&state.trail, ctx, tenant, body, sources).await?;
-    Ok(written(StatusCode::CREATED, outcome))
+    Ok(written(StatusCode::CREATED, outcome, reads))
 }
 
 /// `POST .../{id}/cancel`: cancel a pending or running job (409 `conflict` otherwise;
 /// honours `If-Match`).
 pub async fn cancel(
-    WriteContext(ctx): WriteContext,
+    WriteContext { ctx, reads }: WriteContext,
     State(state): State<AppState>,
     ApiPath((tenant, id)): ApiPath<(String, String)>,
     IfMatchHeader(if_match): IfMatchHeader,
 ) -> Result<Response, ApiError> {
     let outcome = replay::cancel(&state.trail, ctx, tenant, id, if_match).await?;
-    Ok(written(StatusCode::OK, outcome))
+    Ok(written(StatusCode::OK, outcome, reads))
 }

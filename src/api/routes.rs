@@ -39,34 +39,34 @@ pub async fn get(
 
 /// `POST`: create a route (201; 409 `already_exists`).
 pub async fn create(
-    WriteContext(ctx): WriteContext,
+    WriteContext { ctx, reads }: WriteContext,
     State(state): State<AppState>,
     ApiPath(tenant): ApiPath<String>,
     ApiJson(body): ApiJson<NewRoute>,
 ) -> Result<Response, ApiError> {
     let outcome = state.routes.create(ctx, tenant, body).await?;
-    Ok(written(StatusCode::CREATED, outcome))
+    Ok(written(StatusCode::CREATED, outcome, reads))
 }
 
 /// `PATCH .../{id}`: replace the fields the body names (honours `If-Match`).
 pub async fn update(
-    WriteContext(ctx): WriteContext,
+    WriteContext { ctx, reads }: WriteContext,
     State(state): State<AppState>,
     ApiPath((tenant, id)): ApiPath<(String, String)>,
     IfMatchHeader(if_match): IfMatchHeader,
     ApiJson(body): ApiJson<RoutePatch>,
 ) -> Result<Response, ApiError> {
     let outcome = state.routes.update(ctx, tenant, id, body, if_match).await?;
-    Ok(written(StatusCode::OK, outcome))
+    Ok(written(StatusCode::OK, outcome, reads))
 }
 
 /// `DELETE .../{id}`: delete a route (204; honours `If-Match`).
 pub async fn delete(
-    WriteContext(ctx): WriteContext,
+    WriteContext { ctx, reads }: WriteContext,
     State(state): State<AppState>,
     ApiPath((tenant, id)): ApiPath<(String, String)>,
     IfMatchHeader(if_match): IfMatchHeader,
 ) -> Result<Response, ApiError> {
     let outcome = state.routes.delete(ctx, tenant, id, if_match).await?;
-    Ok(written(StatusCode::NO_CONTENT, outcome))
+    Ok(written(StatusCode::NO_CONTENT, outcome, reads))
 }

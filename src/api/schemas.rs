@@ -7,7 +7,10 @@
 //! ([`crate::lifecycle::event::dataschema`]): fixed, so it names the same schema wherever the
 //! node runs and whatever its `node.uri`. `<name>` is the file in `schemas/` and the path under
 //! `/admin/v1/schemas/`; the schemas refer to one another by relative `$ref`, which resolves
-//! alike against either base.
+//! alike against either base. The AsyncAPI document refers to them as `schemas/<name>`, which
+//! resolves beside it both as served (`/admin/v1/asyncapi.json`) and as kept
+//! (`asyncapi/schemas` links to `schemas/`), so a stock parser reads it with nothing fetched
+//! from elsewhere (`scripts/check-asyncapi`).
 
 use axum::http::header;
 use axum::response::IntoResponse;

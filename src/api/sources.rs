@@ -45,7 +45,7 @@ pub async fn get(
 
 /// `POST`: create a source (201; 409 `already_exists`).
 pub async fn create(
-    WriteContext(ctx): WriteContext,
+    WriteContext { ctx, reads }: WriteContext,
     State(state): State<AppState>,
     ApiPath(tenant): ApiPath<String>,
     ApiJson(body): ApiJson<NewSource>,
@@ -54,12 +54,12 @@ pub async fn create(
         Some(remote) => remote.create(ctx, tenant, body).await?,
         None => sources::create(&state.trail, ctx, tenant, body).await?,
     };
-    Ok(written(StatusCode::CREATED, outcome))
+    Ok(written(StatusCode::CREATED, outcome, reads))
 }
 
 /// `PATCH`: replace the fields the body names (honours `If-Match`).
 pub async fn update(
-    WriteContext(ctx): WriteContext,
+    WriteContext { ctx, reads }: WriteContext,
     State(state): State<AppState>,
     ApiPath((tenant, id)): ApiPath<(String, String)>,
     IfMatchHeader(if_match): IfMatchHeader,
@@ -69,12 +69,12 @@ pub async fn update(
         Some(remote) => remote.update(ctx, tenant, id, body, if_match).await?,
         None => sources::update(&state.trail, ctx, tenant, id, body, if_match).await?,
     };
-    Ok(written(StatusCode::OK, outcome))
+    Ok(written(StatusCode::OK, outcome, reads))
 }
 
 /// `DELETE`: delete a source (204; honours `If-Match`).
 pub async fn delete(
-    WriteContext(ctx): WriteContext,
+    WriteContext { ctx, reads }: WriteContext,
     State(state): State<AppState>,
     ApiPath((tenant, id)): ApiPath<(String, String)>,
     IfMatchHeader(if_match): IfMatchHeader,
@@ -83,5 +83,5 @@ pub async fn delete(
         Some(remote) => remote.delete(ctx, tenant, id, if_match).await?,
         None => sources::delete(&state.trail, ctx, tenant, id, if_match).await?,
     };
-    Ok(written(StatusCode::NO_CONTENT, outcome))
+    Ok(written(StatusCode::NO_CONTENT, outcome, reads))
 }

@@ -111,9 +111,15 @@ pub fn found(view: Option<Redacted>, resource: &str) -> Result<Response, ApiErro
     Ok(response)
 }
 
-/// The answer to a write: `status` with the subject's view (or 204 after a delete).
-pub fn written(status: StatusCode, outcome: SubjectChange) -> Response {
+/// The answer to a write: `status` with the subject's view (or 204 after a delete); the
+/// view only for a caller that `reads` (`admin:read`), else `status` with no body.
+pub fn written(status: StatusCode, outcome: SubjectChange, reads: bool) -> Response {
     let mut response = match outcome.view {
+        Some(_) if !reads => {
+            let mut response = status.into_response();
+            set_etag(&mut response, outcome.revision);
+            response
+        }
         Some(json) => {
             let content_type = [(header::CONTENT_TYPE, "application/json")];
             let mut response = (status, content_type, json).into_response();

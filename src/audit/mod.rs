@@ -190,7 +190,7 @@ impl Trail {
             history,
             refresh_pending,
             checkpoint_key,
-        } = writer::boot(&store, &options.sinks, tree)?;
+        } = writer::boot(&store, &options.sinks, tree, clock.now_ms())?;
         let signing = checkpoint_key.map(|key| Signing {
             key,
             origin: tree::checkpoint::origin(history.current().id),

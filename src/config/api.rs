@@ -32,8 +32,17 @@ pub struct ApiConfig {
     /// client gets 503 `request_timeout` (work already under way still ends with its row).
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
+    /// How long a response may wait on a client that does not read it; past it the
+    /// connection is closed.
+    #[serde(with = "humantime_serde")]
+    pub write_timeout: Duration,
     /// Connections served at once; more wait in the listen queue until one closes.
     pub max_connections: usize,
+    /// Of `max_connections`, how many one client address may hold (trusted proxies aside).
+    pub max_connections_per_peer: usize,
+    /// Connections served beside `max_connections` for probes and authenticated requests
+    /// only, when a client finds no slot it may take.
+    pub reserved_connections: usize,
     /// How long a stopping node lets open connections finish their requests before it
     /// closes them.
     #[serde(with = "humantime_serde")]
@@ -121,7 +130,23 @@ const TIMEOUT_RANGE: std::ops::RangeInclusive<Duration> =
 /// Bounds of `api.max_connections`: one, or as many as a process may reasonably hold open.
 const MAX_CONNECTIONS_RANGE: std::ops::RangeInclusive<usize> = 1..=65536;
 
+/// The most `api.reserved_connections`: a reserve is a few slots, not a second server.
+const MAX_RESERVED: usize = 4096;
+
 impl ApiConfig {
+    /// The admin server's connection limits.
+    pub fn connection_limits(&self) -> crate::server::ConnectionLimits {
+        crate::server::ConnectionLimits {
+            max_connections: self.max_connections,
+            max_connections_per_peer: self.max_connections_per_peer,
+            reserved_connections: self.reserved_connections,
+            uncapped: self.trusted_proxies.iter().map(|p| p.0).collect(),
+            header_timeout: self.header_timeout,
+            write_timeout: self.write_timeout,
+            shutdown_grace: self.shutdown_grace,
+        }
+    }
+
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         if !BODY_LIMIT_RANGE.contains(&self.body_limit) {
             return invalid("api.body_limit", "must be between 1024 and 67108864 bytes");
@@ -130,6 +155,7 @@ impl ApiConfig {
             ("api.header_timeout", self.header_timeout),
             ("api.body_timeout", self.body_timeout),
             ("api.request_timeout", self.request_timeout),
+            ("api.write_timeout", self.write_timeout),
         ] {
             if !TIMEOUT_RANGE.contains(&timeout) {
                 return invalid(key, "must be between 100ms and 1h");
@@ -141,6 +167,15 @@ impl ApiConfig {
         }
         if !MAX_CONNECTIONS_RANGE.contains(&self.max_connections) {
             return invalid("api.max_connections", "must be between 1 and 65536");
+        }
+        if !MAX_CONNECTIONS_RANGE.contains(&self.max_connections_per_peer) {
+            return invalid(
+                "api.max_connections_per_peer",
+                "must be between 1 and 65536",
+            );
+        }
+        if self.reserved_connections > MAX_RESERVED {
+            return invalid("api.reserved_connections", "must be between 0 and 4096");
         }
         if self.shutdown_grace > *TIMEOUT_RANGE.end() {
             return invalid("api.shutdown_grace", "must be at most 1h");

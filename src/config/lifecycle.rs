@@ -77,12 +77,35 @@ impl LifecycleConfig {
         if !seen.insert(name) {
             return invalid("lifecycle.sinks", &format!("`{name}` is listed twice"));
         }
-        if !self.sink.contains_key(name) {
+        let Some(sink) = self.sink.get(name) else {
             return invalid(
                 "lifecycle.sinks",
                 &format!("`{name}` has no definition under [lifecycle.sink.{name}]"),
             );
+        };
+        if let ankusa_sinks::SinkConfig::Webhook(webhook) = sink {
+            if let Some(i) = webhook.secrets.iter().position(|s| published_secret(s)) {
+                return invalid(
+                    "lifecycle.sink.secrets",
+                    &format!(
+                        "sink `{name}`: secret #{i} is a published example (a test vector anyone can sign \
+                         with): make your own, e.g. whsec_$(head -c 32 /dev/urandom | base64)"
+                    ),
+                );
+            }
         }
         Ok(())
     }
+}
+
+/// Webhook secrets printed in specifications and documentation (the Standard Webhooks
+/// reference vector, the svix examples): anyone can sign with them.
+const PUBLISHED_SECRETS: [&str; 2] = [
+    "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+    "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD",
+];
+
+/// Whether `secret` is one of [`PUBLISHED_SECRETS`].
+fn published_secret(secret: &str) -> bool {
+    PUBLISHED_SECRETS.contains(&secret.trim())
 }

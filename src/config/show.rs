@@ -2,9 +2,12 @@
 //! merged as [`Config::load`] merges them, every secret replaced by `"[redacted]"`.
 //!
 //! Redacted: webhook `secrets`, any key named like a secret or a password (Kafka
-//! `properties` such as `sasl.password` or `ssl.key.password` included), and the password of
-//! a `redis_url`. Token entries keep their `sha256` digests: a digest is what the config
-//! holds instead of the token, and names which token is which.
+//! `properties` such as `sasl.password` or `ssl.key.password` included), and in every URL
+//! (`url`, `healthcheck_url`, `redis_url`, `otlp_endpoint`, ...) its user, password and
+//! query, which may hold a token (`?pass=` of a `redis+unix` URL). A shown URL is built from
+//! the parsed URL's parts, never cut out of the text, so it shows what a URL parser reads.
+//! Token entries keep their `sha256` digests: a digest is what the config holds instead of
+//! the token, and names which token is which.
 
 use std::path::Path;
 
@@ -50,6 +53,11 @@ fn secret_key(key: &str) -> bool {
         || key.ends_with(".key.pem")
 }
 
+/// Whether a key holds a URL.
+fn url_key(key: &str) -> bool {
+    key.ends_with("url") || key.ends_with("endpoint")
+}
+
 /// Redact every secret in `value`, in place.
 pub fn redact(value: &mut Value) {
     match value {
@@ -57,9 +65,9 @@ pub fn redact(value: &mut Value) {
             for (key, v) in map.iter_mut() {
                 if secret_key(key) && !v.is_null() {
                     *v = Value::String(REDACTED.into());
-                } else if key == "redis_url" {
+                } else if url_key(key) {
                     if let Value::String(url) = v {
-                        *url = without_password(url);
+                        *url = shown_url(url);
                     }
                 } else {
                     redact(v);
@@ -71,16 +79,27 @@ pub fn redact(value: &mut Value) {
     }
 }
 
-/// `url` with its password (and user) replaced: `redis://[redacted]@host:port/db`.
-fn without_password(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(parsed) if parsed.password().is_some() || !parsed.username().is_empty() => {
-            let rest = &url[url.find('@').map_or(0, |at| at + 1)..];
-            format!("{}://{REDACTED}@{rest}", parsed.scheme())
-        }
-        Ok(_) => url.to_owned(),
-        Err(_) => REDACTED.to_owned(),
+/// `url` without its user, password, query and fragment, each replaced by `[redacted]`
+/// where it had one: `redis://[redacted]@host:6379/0`, `https://h.test/hook?[redacted]`.
+fn shown_url(url: &str) -> String {
+    use url::Position;
+    let Ok(parsed) = url::Url::parse(url) else {
+        return REDACTED.to_owned();
+    };
+    let mut shown = format!("{}:", parsed.scheme());
+    if parsed.has_authority() {
+        shown.push_str("//");
     }
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        shown.push_str(REDACTED);
+        shown.push('@');
+    }
+    shown.push_str(&parsed[Position::BeforeHost..Position::AfterPath]);
+    if parsed.query().is_some() || parsed.fragment().is_some() {
+        shown.push('?');
+        shown.push_str(REDACTED);
+    }
+    shown
 }
 
 #[cfg(test)]
@@ -112,5 +131,48 @@ mod tests {
         assert_eq!(v["sources"]["redis_url"], "redis://r.test:6379");
         assert_eq!(v["api"]["tokens"][0]["sha256"], "ab12");
         assert!(!v.to_string().contains("hunter2"));
+    }
+
+    #[test]
+    fn every_url_is_shown_without_user_password_or_query() {
+        let mut v = json!({
+            "lifecycle": {"sink": {"hook": {
+                "kind": "webhook",
+                "url": "https://ops:pa55@h.test:8443/hook?token=t0k#frag",
+                "healthcheck_url": "https://ops:pa55@h.test/health?key=k3y",
+            }}},
+            // A password holding `@`: URL parsers end the user part at the last one.
+            "routes": {"redis_url": "redis://:p@ss@word@r.test:6379/0"},
+            "sources": {"redis_url": "redis+unix:///run/redis.sock?pass=s3cret&db=1"},
+            "telemetry": {"otlp_endpoint": "http://u:otlp-pw@collector:4318"},
+            "plain": {"url": "http://h.test/x", "bad_url": "not a url"},
+        });
+        redact(&mut v);
+        let hook = &v["lifecycle"]["sink"]["hook"];
+        assert_eq!(
+            hook["url"],
+            "https://[redacted]@h.test:8443/hook?[redacted]"
+        );
+        assert_eq!(
+            hook["healthcheck_url"],
+            "https://[redacted]@h.test/health?[redacted]"
+        );
+        assert_eq!(v["routes"]["redis_url"], "redis://[redacted]@r.test:6379/0");
+        assert_eq!(
+            v["sources"]["redis_url"],
+            "redis+unix:///run/redis.sock?[redacted]"
+        );
+        assert_eq!(
+            v["telemetry"]["otlp_endpoint"],
+            "http://[redacted]@collector:4318/"
+        );
+        assert_eq!(v["plain"]["url"], "http://h.test/x");
+        assert_eq!(v["plain"]["bad_url"], REDACTED);
+        let shown = v.to_string();
+        for secret in [
+            "pa55", "t0k", "k3y", "ss@word", "word", "s3cret", "otlp-pw", "frag",
+        ] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
     }
 }

@@ -130,6 +130,9 @@ fn api_defaults_and_tokens_load() {
     assert_eq!(c.api.body_timeout, std::time::Duration::from_secs(10));
     assert_eq!(c.api.request_timeout, std::time::Duration::from_secs(60));
     assert_eq!(c.api.max_connections, 256);
+    assert_eq!(c.api.max_connections_per_peer, 64);
+    assert_eq!(c.api.reserved_connections, 16);
+    assert_eq!(c.api.write_timeout, std::time::Duration::from_secs(10));
     assert_eq!(c.api.shutdown_grace, std::time::Duration::from_secs(10));
     let c = load_str(&format!(
         "[api]\nbody_limit = 4096\ntrusted_proxies = [\"10.0.0.0/8\", \"::1\"]\n\
@@ -158,6 +161,9 @@ fn bad_api_keys_are_refused_by_name() {
         ("[api]\nrequest_timeout = \"2h\"\n", "api.request_timeout"),
         ("[api]\nbody_timeout = \"90s\"\n", "api.body_timeout"),
         ("[api]\nmax_connections = 0\n", "api.max_connections"),
+        ("[api]\nwrite_timeout = \"0s\"\n", "api.write_timeout"),
+        ("[api]\nmax_connections_per_peer = 0\n", "api.max_connections_per_peer"),
+        ("[api]\nreserved_connections = 5000\n", "api.reserved_connections"),
         ("[api]\nshutdown_grace = \"2h\"\n", "api.shutdown_grace"),
         ("[api]\ntrusted_proxies = [\"proxy.local\"]\n", "trusted_proxies"),
         (
@@ -194,6 +200,28 @@ fn bad_api_keys_are_refused_by_name() {
         let err = load_str(toml).unwrap_err().to_string();
         assert!(err.contains(key), "{toml}: {err}");
     }
+}
+
+#[test]
+fn a_published_webhook_secret_is_refused_and_a_fresh_one_taken() {
+    let sink = |secret: &str| {
+        format!(
+            "[lifecycle]\nsinks = [\"hook\"]\n[lifecycle.sink.hook]\nkind = \"webhook\"\n\
+             url = \"https://h.test/\"\nsecrets = [\"whsec_Zm9v\", \"{secret}\"]\n"
+        )
+    };
+    for published in [
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD",
+    ] {
+        let err = load_str(&sink(published)).unwrap_err().to_string();
+        assert!(
+            err.contains("lifecycle.sink.secrets") && err.contains("sink `hook`: secret #1"),
+            "{err}"
+        );
+        assert!(!err.contains(published), "the secret is not echoed: {err}");
+    }
+    load_str(&sink("whsec_dGhlIHJlY2VpdmVyJ3Mga2V5LCAzMiBieXRlcyBsb25n")).unwrap();
 }
 
 #[test]

@@ -15,6 +15,7 @@ use uuid::Uuid;
 
 use super::outbox::EventRow;
 use crate::audit::History;
+use crate::telemetry::trace;
 
 /// Why an event could not be built (a row the trail should never hold).
 #[derive(Debug, thiserror::Error)]
@@ -171,7 +172,13 @@ pub fn build(
     if let Some(traceparent) = row.traceparent.as_deref() {
         event = event.extension("traceparent", traceparent);
     }
-    if let Some(tracestate) = row.tracestate.as_deref() {
+    // A row written before tracestate was bounded may hold a longer one: receivers refuse
+    // such headers (431), so it is not passed on.
+    if let Some(tracestate) = row
+        .tracestate
+        .as_deref()
+        .filter(|t| trace::tracestate_fits(t))
+    {
         event = event.extension("tracestate", tracestate);
     }
     event.build().map_err(|e| err(e.to_string()))
@@ -409,6 +416,11 @@ mod tests {
             ext(&e, "tracestate").as_deref(),
             Some("congo=t61rcWkgMzE,rojo=00f067aa0ba902b7")
         );
+        // A row kept with a tracestate past W3C's limits: the trace goes on, the state not.
+        traced.tracestate = Some(format!("congo={}", "a".repeat(600)).into());
+        let e = build(&traced, b"{}", &history, "urn:n").unwrap();
+        assert_eq!(ext(&e, "traceparent").as_deref(), Some(parent));
+        assert_eq!(ext(&e, "tracestate"), None);
     }
 
     #[test]

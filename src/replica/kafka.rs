@@ -8,6 +8,12 @@
 //! (lag dashboards), after the replica file holding them is written. The file is the truth:
 //! a partition starts at the file's next offset, or at the beginning when the file has none.
 //!
+//! A position that cannot be resumed stops the follower with [`FollowError::Gap`]: a saved
+//! offset below the oldest the topic still holds (retention deleted records it never read),
+//! found at start from the low watermarks, or any offset the broker calls out of range while
+//! it runs (`auto.offset.reset = error`). Skipping to the earliest record would leave a
+//! replica that looks healthy and misses changes for good.
+//!
 //! Records are the sink's binary mode (`ce_*` headers, the data as the value) or structured
 //! mode, read with the SDK's Kafka binding; a null value is a tombstone (`tombstones = true`)
 //! and is skipped. The replica file is written every `batch_events` events or
@@ -141,6 +147,10 @@ pub async fn follow(
             }
             received = consumer.recv() => match received {
                 Ok(message) => follower.read(&message),
+                Err(e) if out_of_range(&e) => {
+                    follower.flush().await?;
+                    return Err(follower.gap().await);
+                }
                 Err(e) => {
                     // Passing (a broker down, a rebalance of the cluster): librdkafka
                     // retries; a pause keeps a lasting one from flooding the log.
@@ -177,7 +187,8 @@ impl Follower {
             .set("group.id", &options.group)
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
-            .set("auto.offset.reset", "earliest")
+            // Never a silent jump over records not read: an offset out of range is an error.
+            .set("auto.offset.reset", "error")
             .create()
             .map_err(|e| FollowError::Kafka(e.to_string()))?;
         let mut follower = Follower {
@@ -210,7 +221,10 @@ impl Follower {
         for &p in &partitions {
             let saved = self.progress().next.get(&p).copied();
             let offset = match saved {
-                Some(o) => o,
+                Some(o) => {
+                    self.check_resumable(p, o).await?;
+                    o
+                }
                 None if at_end => {
                     let end = high_watermark(self.consumer.clone(), &topic, p).await?;
                     self.progress().next.insert(p, end);
@@ -232,6 +246,41 @@ impl Follower {
         tracing::info!(%topic, partitions = partitions.len(), "following every partition");
         self.assigned.send_replace(partitions);
         Ok(())
+    }
+
+    /// An error unless partition `p` can be resumed at `next`: not below the oldest offset
+    /// the topic holds. (Above the end is found by the broker when fetching: tansu's high
+    /// watermark is not the end.)
+    async fn check_resumable(&self, p: i32, next: i64) -> Result<(), FollowError> {
+        let (low, _) = watermarks(self.consumer.clone(), &self.options.topic, p).await?;
+        if next < low {
+            return Err(FollowError::Gap {
+                topic: self.options.topic.clone(),
+                partition: p,
+                next,
+                oldest: low,
+            });
+        }
+        Ok(())
+    }
+
+    /// The gap behind an out-of-range fetch: the first partition whose position the topic
+    /// no longer holds, or, when the watermarks do not show it (the position is past the
+    /// end: a topic made again), the first partition read.
+    async fn gap(&mut self) -> FollowError {
+        let next = self.progress().next.clone();
+        for (&p, &at) in &next {
+            if let Err(gap) = self.check_resumable(p, at).await {
+                return gap;
+            }
+        }
+        let (&partition, &at) = next.iter().next().unwrap_or((&0, &0));
+        FollowError::Gap {
+            topic: self.options.topic.clone(),
+            partition,
+            next: at,
+            oldest: -1,
+        }
     }
 
     fn progress(&mut self) -> &mut KafkaProgress {
@@ -334,12 +383,29 @@ async fn high_watermark(
     topic: &str,
     p: i32,
 ) -> Result<i64, FollowError> {
+    Ok(watermarks(consumer, topic, p).await?.1)
+}
+
+/// The low and high watermarks of partition `p` of `topic` (off the runtime: it blocks).
+async fn watermarks(
+    consumer: Arc<StreamConsumer>,
+    topic: &str,
+    p: i32,
+) -> Result<(i64, i64), FollowError> {
     let topic = topic.to_owned();
     tokio::task::spawn_blocking(move || consumer.fetch_watermarks(&topic, p, METADATA_TIMEOUT))
         .await
         .map_err(|e| FollowError::Kafka(e.to_string()))?
-        .map(|(_, high)| high)
         .map_err(|e| FollowError::Kafka(e.to_string()))
+}
+
+/// Whether a consumer error says a position is out of the topic's range.
+fn out_of_range(error: &rdkafka::error::KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode::{AutoOffsetReset, OffsetOutOfRange};
+    matches!(
+        error.rdkafka_error_code(),
+        Some(AutoOffsetReset | OffsetOutOfRange)
+    )
 }
 
 /// The event of a record (binary or structured mode); `None` for a null value (a tombstone).

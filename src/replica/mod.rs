@@ -21,7 +21,9 @@ pub mod kafka;
 pub mod lag;
 pub mod metrics;
 pub mod progress;
+pub mod request;
 pub mod rule;
+pub mod seen;
 pub mod signature;
 pub mod snapshot;
 pub mod verify;
@@ -56,6 +58,24 @@ pub enum FollowError {
     /// Kafka refused the consumer or its topic.
     #[error("kafka: {0}")]
     Kafka(String),
+    /// A partition cannot be resumed where the replica is: records it never read are gone.
+    #[error(
+        "kafka: partition {partition} of {topic}: the replica resumes at offset {next}, but \
+         {}: records it never read are gone (the topic's retention, or a topic made again), \
+         so it would miss changes. Start a new replica from a snapshot (a new --out with \
+         --start end, then POST /admin/v1/lifecycle/snapshot on each node)",
+        match oldest { -1 => "that is past the topic's end".to_owned(), o => format!("the oldest record the topic holds is at {o}") }
+    )]
+    Gap {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// Where the replica resumes.
+        next: i64,
+        /// The oldest offset the partition holds; -1: unknown (the position is past the end).
+        oldest: i64,
+    },
     /// The listen address could not be bound.
     #[error("listening on {addr}: {source}")]
     Listen {

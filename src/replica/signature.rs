@@ -80,13 +80,14 @@ impl Verifier {
         Ok(Verifier { keys })
     }
 
-    /// Whether `body`, received with `headers` at `now` (unix seconds), is genuine.
-    pub fn verify(&self, headers: Signed<'_>, body: &[u8], now: i64) -> Result<(), Refused> {
-        let id = headers.id.ok_or(Refused::Missing("webhook-id"))?;
+    /// Whether `headers`, received at `now` (unix seconds), can sign a genuine request: all
+    /// three there and the timestamp fresh. Checked before a body is read.
+    pub fn check_headers(headers: Signed<'_>, now: i64) -> Result<(), Refused> {
+        headers.id.ok_or(Refused::Missing("webhook-id"))?;
         let timestamp = headers
             .timestamp
             .ok_or(Refused::Missing("webhook-timestamp"))?;
-        let signature = headers
+        headers
             .signature
             .ok_or(Refused::Missing("webhook-signature"))?;
         let ts: i64 = timestamp
@@ -96,6 +97,17 @@ impl Verifier {
         if now.abs_diff(ts) > TOLERANCE_SECS as u64 {
             return Err(Refused::Stale);
         }
+        Ok(())
+    }
+
+    /// Whether `body`, received with `headers` at `now` (unix seconds), is genuine.
+    pub fn verify(&self, headers: Signed<'_>, body: &[u8], now: i64) -> Result<(), Refused> {
+        Verifier::check_headers(headers, now)?;
+        let (Some(id), Some(timestamp), Some(signature)) =
+            (headers.id, headers.timestamp, headers.signature)
+        else {
+            return Err(Refused::Missing("webhook-id"));
+        };
         let candidates: Vec<Vec<u8>> = signature
             .split(' ')
             .filter_map(|s| s.strip_prefix("v1,"))

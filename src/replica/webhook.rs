@@ -1,11 +1,14 @@
 //! `ankusa follow webhook`: an HTTP receiver for the webhook sink that keeps a replica.
 //!
 //! Every request is verified (Standard Webhooks, [`signature`](super::signature)) before its
-//! body is read as events: 401 for a bad signature, 400 for a body that is not a CloudEvent
-//! (structured, binary or batch, as the sink's modes send) or breaks the contract (the sink
-//! dead-letters it), and 204 only once the events are applied and the replica file holding
-//! them is written and fsynced. A redelivery after a lost answer is then stale, and a kill -9
-//! before the answer leaves the sink to deliver again: nothing is lost.
+//! body is read as events, and only what the signature covers is read
+//! ([`request`](super::request)): 401 for a bad signature or a `webhook-id` that does not
+//! name the events, 400 for a body that is not a CloudEvent (structured, binary or batch, as
+//! the sink's modes send) or breaks the contract (the sink dead-letters it), and 204 only
+//! once the events are applied and the replica file holding them is written and fsynced. A
+//! `webhook-id` applied lately ([`seen`](super::seen)) is answered 204 and applied no more.
+//! A redelivery after a lost answer is then a duplicate, and a kill -9 before the answer
+//! leaves the sink to deliver again: nothing is lost.
 //!
 //! Writes are grouped: a handler applies its events under the replica's lock, then asks the
 //! writer task for a write and waits; the writer takes every request queued, encodes the
@@ -16,22 +19,45 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::header::CONTENT_LENGTH;
 use axum::http::{HeaderMap, StatusCode};
 use cloudevents::Event;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use super::event::{self, Meaning};
 use super::file::{self, ReplicaFile};
 use super::metrics::Metrics;
+use super::request;
+use super::seen::Seen;
 use super::signature::{Signed, Verifier};
 use super::FollowError;
+use crate::server::ConnectionLimits;
 
 /// The largest request body taken (a batch of events).
 const BODY_LIMIT: usize = 16 << 20;
+/// The most body bytes read at once across every request, before any is authenticated: a
+/// request waits for its share (by `content-length`), so unauthenticated clients cannot
+/// hold more memory than this whatever they send.
+const BODY_BUDGET: usize = 64 << 20;
+/// How long a client has to send a body, from the end of its head.
+const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The receiver's connections: bounded as the admin server's are (see `crate::server`).
+fn connection_limits() -> ConnectionLimits {
+    ConnectionLimits {
+        max_connections: 256,
+        max_connections_per_peer: 64,
+        reserved_connections: 0,
+        uncapped: Vec::new(),
+        header_timeout: Duration::from_secs(10),
+        write_timeout: Duration::from_secs(10),
+        shutdown_grace: Duration::from_secs(10),
+    }
+}
 
 /// What a webhook follower needs.
 #[derive(Clone)]
@@ -74,6 +100,16 @@ struct Shared {
     /// Write requests to the writer task, each answered with whether the write succeeded.
     writes: mpsc::UnboundedSender<oneshot::Sender<bool>>,
     metrics: Arc<Metrics>,
+    /// The `webhook-id`s applied lately; a std mutex, never held across an await.
+    seen: Mutex<Seen>,
+    /// Body bytes being read, in bytes ([`BODY_BUDGET`]).
+    budget: Semaphore,
+}
+
+impl Shared {
+    fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 impl Server {
@@ -105,6 +141,8 @@ impl Server {
             path: options.out,
             writes: tx,
             metrics,
+            seen: Mutex::new(Seen::default()),
+            budget: Semaphore::new(BODY_BUDGET),
         });
         Ok(Server {
             listener,
@@ -126,19 +164,12 @@ impl Server {
         let writer = tokio::spawn(writer(self.shared.clone(), self.writes));
         let app = axum::Router::new()
             .fallback(axum::routing::post(receive))
-            .layer(DefaultBodyLimit::max(BODY_LIMIT))
             .with_state(self.shared.clone());
-        let served = axum::serve(self.listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await;
+        crate::server::serve(self.listener, app, connection_limits(), shutdown).await;
         let (done, written) = oneshot::channel();
         let _ = self.shared.writes.send(done);
         let written = written.await.unwrap_or(false);
         writer.abort();
-        served.map_err(|source| FollowError::Listen {
-            addr: "the webhook listener".into(),
-            source,
-        })?;
         if !written {
             return Err(FollowError::Unwritten(self.shared.path.clone()));
         }
@@ -146,12 +177,10 @@ impl Server {
     }
 }
 
-/// One request: verify, read, apply, wait for the write.
-async fn receive(
-    State(shared): State<Arc<Shared>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> (StatusCode, String) {
+/// One request: verify, read what the signature covers, apply once, wait for the write.
+async fn receive(State(shared): State<Arc<Shared>>, request: Request) -> (StatusCode, String) {
+    let (parts, body) = request.into_parts();
+    let headers = parts.headers;
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let signed = Signed {
         id: text("webhook-id"),
@@ -159,17 +188,30 @@ async fn receive(
         signature: text("webhook-signature"),
     };
     let now = chrono::Utc::now().timestamp();
-    if let Err(refused) = shared.verifier.verify(signed, &body, now) {
-        tracing::warn!(reason = %refused, "follow webhook request refused");
-        return (
-            StatusCode::UNAUTHORIZED,
-            format!("signature refused: {refused}\n"),
-        );
+    // The headers first: a request that cannot be genuine is refused unread.
+    if let Err(refused) = Verifier::check_headers(signed, now) {
+        return unauthorized(refused.to_string());
     }
-    let events = match events(&headers, &body) {
-        Ok(events) => events,
-        Err(e) => return bad_request(&shared, format!("not a CloudEvent: {e}")),
+    let body = match read_body(&shared, &headers, body).await {
+        Ok(body) => body,
+        Err(refusal) => return refusal,
     };
+    if let Err(refused) = shared.verifier.verify(signed, &body, now) {
+        return unauthorized(refused.to_string());
+    }
+    // Verified, so the id is there.
+    let id = signed.id.unwrap_or_default();
+    let events = match request::events(&headers, id, &body) {
+        Ok(events) => events,
+        Err(refused @ request::Refused::Unbound(_)) => return unauthorized(refused.to_string()),
+        Err(refused) => return bad_request(&shared, refused.to_string()),
+    };
+    if shared.seen().contains(id, now) {
+        for _ in &events {
+            shared.metrics.skipped("duplicate");
+        }
+        return (StatusCode::NO_CONTENT, String::new());
+    }
     let meanings = match events
         .iter()
         .map(event::read)
@@ -186,28 +228,57 @@ async fn receive(
             "replica file write failed\n".into(),
         );
     }
+    // Only once written: a request answered 503 is applied again when the sink retries.
+    shared.seen().insert(id, now);
     (StatusCode::NO_CONTENT, String::new())
+}
+
+/// The body of a request, within the limits: its `content-length` known and at most
+/// [`BODY_LIMIT`], its share of [`BODY_BUDGET`] held while it is read, all of it in within
+/// [`BODY_TIMEOUT`].
+async fn read_body(
+    shared: &Shared,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Bytes, (StatusCode, String)> {
+    let refuse = |status: StatusCode, text: &str| Err((status, format!("{text}\n")));
+    let length = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    let Some(length) = length else {
+        return refuse(StatusCode::LENGTH_REQUIRED, "content-length is required");
+    };
+    if length > BODY_LIMIT {
+        return refuse(StatusCode::PAYLOAD_TOO_LARGE, "the body is over 16 MiB");
+    }
+    let reading = async {
+        let share = u32::try_from(length).unwrap_or(u32::MAX);
+        let _held = shared.budget.acquire_many(share).await;
+        axum::body::to_bytes(body, length).await
+    };
+    match tokio::time::timeout(BODY_TIMEOUT, reading).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(_)) => refuse(StatusCode::BAD_REQUEST, "the body is not as long as said"),
+        Err(_) => refuse(
+            StatusCode::REQUEST_TIMEOUT,
+            "the body did not arrive within 10 s",
+        ),
+    }
+}
+
+fn unauthorized(reason: String) -> (StatusCode, String) {
+    tracing::warn!(%reason, "follow webhook request refused");
+    (
+        StatusCode::UNAUTHORIZED,
+        format!("signature refused: {reason}\n"),
+    )
 }
 
 fn bad_request(shared: &Shared, message: String) -> (StatusCode, String) {
     shared.metrics.skipped("invalid");
     tracing::warn!(error = %message, "follow webhook request is not an event of the contract");
     (StatusCode::BAD_REQUEST, message + "\n")
-}
-
-/// The events of a request body: a batch (`application/cloudevents-batch+json`), else one
-/// event in structured or binary mode.
-fn events(headers: &HeaderMap, body: &Bytes) -> Result<Vec<Event>, String> {
-    let content_type = headers
-        .get(axum::http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    if content_type.starts_with("application/cloudevents-batch+json") {
-        return serde_json::from_slice(body).map_err(|e| e.to_string());
-    }
-    cloudevents::binding::http::to_event(headers, body.to_vec())
-        .map(|event| vec![event])
-        .map_err(|e| e.to_string())
 }
 
 /// Apply a request's events under the replica's lock.

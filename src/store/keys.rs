@@ -68,6 +68,9 @@ pub mod meta {
     pub const CHECKPOINT_KEY: &str = "checkpoint_key";
     /// The newest checkpoint, signed: JSON (see `audit::tree::checkpoint`).
     pub const CHECKPOINT: &str = "checkpoint";
+    /// How far the wall clock was ahead of the time the writer trusts, ms (u64 BE; see
+    /// `audit::clock::ClockGuard`).
+    pub const CLOCK_AHEAD: &str = "clock_ahead";
 
     /// The meta name of sink `sink`'s position (the last seq it confirmed).
     pub fn sink_cursor(sink: &str) -> String {

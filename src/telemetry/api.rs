@@ -1,15 +1,20 @@
 //! The admin API's log events, each defined once here with low-cardinality structured
-//! fields. The API has no metrics of its own.
+//! fields, and its one metric: the connections its server closed before their client did.
 //!
 //! None of them takes a header, a body or a token: only a method, a path, a status, a
 //! request id, a token *name* and a scope. That is what keeps tokens and secrets out of the
 //! logs: there is no event that could carry one.
 
 use std::fmt::Display;
+use std::net::IpAddr;
 use std::path::Path;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use axum::http::{Method, StatusCode};
+use prometheus::IntCounterVec;
+
+use super::counter_vec;
 
 use crate::config::Scope;
 
@@ -94,6 +99,47 @@ pub fn accept_failed(error: &dyn Display) {
 /// A connection ended with an error: a header timeout, a malformed request, a client gone.
 pub fn connection_failed(error: &dyn Display) {
     tracing::debug!(target: "ankusa::api", error = %error, "connection ended with an error");
+}
+
+/// Connections the server closed itself, by reason: `refused` (no slot its peer may take),
+/// `stalled` (a response its client did not read), `busy` (an unauthenticated request on a
+/// reserved slot).
+static CLOSED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    counter_vec(
+        "api_connections_closed_total",
+        "Connections the server closed before their client did, by reason",
+        &["reason"],
+    )
+});
+
+/// A connection was closed on accept: its peer holds all the slots it may, and the reserve
+/// is taken.
+pub fn connection_refused(peer: IpAddr) {
+    CLOSED.with_label_values(&["refused"]).inc();
+    tracing::debug!(target: "ankusa::api", %peer, "connection refused: its peer holds every slot it may");
+}
+
+/// A connection was closed because its response waited `limit` on a client not reading it.
+pub fn connection_stalled(limit: Duration) {
+    CLOSED.with_label_values(&["stalled"]).inc();
+    tracing::info!(
+        target: "ankusa::api",
+        limit_ms = limit.as_millis() as u64,
+        "connection closed: its client did not read the response"
+    );
+}
+
+/// A request on a reserved slot was neither a probe nor authenticated: refused, and its
+/// connection closed.
+pub fn reserved_refused() {
+    CLOSED.with_label_values(&["busy"]).inc();
+    tracing::debug!(target: "ankusa::api", "request refused on a reserved connection slot");
+}
+
+/// Touch every metric, so that a test sees each family exported.
+#[cfg(test)]
+pub(super) fn touch_every_metric() {
+    connection_stalled(Duration::from_secs(1));
 }
 
 /// A stop closed connections still open after `api.shutdown_grace`.

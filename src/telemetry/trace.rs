@@ -129,10 +129,43 @@ pub fn request_answered(span: &Span, status: StatusCode) {
     span.record("http.response.status_code", i64::from(status.as_u16()));
 }
 
+/// The most list-members a `tracestate` may have (W3C trace context: over it, the whole
+/// header is discarded).
+const TRACESTATE_MEMBERS: usize = 32;
+/// The longest `tracestate` kept, in characters: what W3C trace context asks every vendor to
+/// propagate. A longer one is dropped, as the spec allows, so the row, its event and a
+/// webhook's headers never carry more.
+const TRACESTATE_CHARS: usize = 512;
+
+/// Whether `tracestate` is within W3C trace context's limits (32 members, 512 characters).
+pub fn tracestate_fits(tracestate: &str) -> bool {
+    tracestate.len() <= TRACESTATE_CHARS
+        && tracestate
+            .split(',')
+            .filter(|m| !m.trim().is_empty())
+            .count()
+            <= TRACESTATE_MEMBERS
+}
+
 /// The trace context of a request's headers (`traceparent`, `tracestate`). A missing or
-/// malformed `traceparent` gives an empty context: the request starts a new trace.
+/// malformed `traceparent` gives an empty context: the request starts a new trace. A
+/// `tracestate` past the limits ([`tracestate_fits`]) is dropped; the `traceparent` stays.
 pub fn extract(headers: &HeaderMap) -> Context {
-    TraceContextPropagator::new().extract(&opentelemetry_http::HeaderExtractor(headers))
+    TraceContextPropagator::new().extract(&Bounded(opentelemetry_http::HeaderExtractor(headers)))
+}
+
+/// Request headers as the propagator reads them, without a `tracestate` past the limits.
+struct Bounded<'a>(opentelemetry_http::HeaderExtractor<'a>);
+
+impl opentelemetry::propagation::Extractor for Bounded<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        let value = self.0.get(key)?;
+        (key != "tracestate" || tracestate_fits(value)).then_some(value)
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys()
+    }
 }
 
 /// Make `span` a child of `parent` (a request's [`extract`]) and give the context the
@@ -213,6 +246,44 @@ mod tests {
         assert_eq!((p[2].len(), p[3].as_str()), (16, "01"));
         assert_eq!(trace.tracestate.as_deref(), Some("congo=t61rcWkgMzE"));
         assert_eq!(trace_id(&cx), "4bf92f3577b34da6a3ce929d0e0e4736");
+    }
+
+    #[test]
+    fn a_tracestate_past_the_w3c_limits_is_dropped_and_the_trace_kept() {
+        let members = |n: usize| {
+            (0..n)
+                .map(|i| format!("v{i}=x"))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        // Eight members, each within W3C's 256-character value: 512 characters in all.
+        let long = |extra: usize| {
+            let mut m: Vec<String> = (0..8).map(|i| format!("v{i}={}", "a".repeat(60))).collect();
+            m[0].push_str(&"b".repeat(1 + extra));
+            m.join(",")
+        };
+        assert_eq!(long(0).len(), TRACESTATE_CHARS);
+        for (state, kept) in [
+            (members(32), true),
+            (members(33), false),
+            (long(0), true),
+            (long(1), false),
+            (format!("congo={}", "a".repeat(400 << 10)), false),
+        ] {
+            let cx = join(
+                &tracing::info_span!("request"),
+                extract(&headers(PARENT, Some(&state))),
+            );
+            let trace = trace_of(&cx).unwrap();
+            assert_eq!(
+                parts(&trace.traceparent)[1],
+                "4bf92f3577b34da6a3ce929d0e0e4736"
+            );
+            assert_eq!(trace.tracestate.is_some(), kept, "{} chars", state.len());
+            if kept {
+                assert_eq!(trace.tracestate.as_deref(), Some(state.as_str()));
+            }
+        }
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! A real webhook receiver for tests and benchmarks: axum on `127.0.0.1:0`, answering
 //! whatever the test tells it to, switchable mid-test.
 //!
-//! It records every request's headers and body, and apart from them the `(webhook-id,
-//! ce-sequence)` of every event it accepted (answered 2xx). Given a key, it verifies every
+//! It records every request's headers and body, and apart from them the `(ce-id,
+//! ce-sequence)` of every binary-mode event it accepted (answered 2xx). Given a key, it verifies every
 //! request's Standard Webhooks signature with its own HMAC code (not the sink's) and answers
 //! 401 to a bad one. A benchmark's receiver records nothing, so that it costs the run little.
 
@@ -82,7 +82,7 @@ struct Shared {
     health: Mutex<u16>,
     /// Every `/hook` request, in arrival order.
     requests: Mutex<Vec<Recorded>>,
-    /// `(webhook-id, ce-sequence)` of every request answered 2xx, in the order answered.
+    /// `(ce-id, ce-sequence)` of every request answered 2xx, in the order answered.
     accepted: Mutex<Vec<(String, String)>>,
     health_hits: AtomicUsize,
     redirect_hits: AtomicUsize,
@@ -213,7 +213,7 @@ impl Receiver {
         self.shared.requests.lock().unwrap().clone()
     }
 
-    /// `(webhook-id, ce-sequence)` of every request answered 2xx, in the order answered.
+    /// `(ce-id, ce-sequence)` of every request answered 2xx, in the order answered.
     pub fn accepted(&self) -> Vec<(String, String)> {
         self.shared.accepted.lock().unwrap().clone()
     }
@@ -224,7 +224,7 @@ impl Receiver {
         accepted.iter().map(|(_, s)| s.parse().unwrap()).collect()
     }
 
-    /// The webhook ids accepted, in the order answered.
+    /// The event ids (`ce-id`) accepted, in the order answered.
     pub fn ids(&self) -> Vec<String> {
         let accepted = self.shared.accepted.lock().unwrap();
         accepted.iter().map(|(id, _)| id.clone()).collect()
@@ -271,7 +271,7 @@ async fn hook(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes
     };
     if shared.record && response.status().is_success() {
         let h = |n: &str| header(&headers, n);
-        let entry = (h("webhook-id"), h("ce-sequence"));
+        let entry = (h("ce-id"), h("ce-sequence"));
         shared.accepted.lock().unwrap().push(entry);
     }
     shared.in_flight.fetch_sub(1, Ordering::SeqCst);

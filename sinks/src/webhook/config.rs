@@ -13,10 +13,14 @@ use crate::SinkError;
 #[serde(rename_all = "lowercase")]
 pub enum WebhookMode {
     /// One request per event: attributes in `ce-` headers, `data` as the body (the default:
-    /// receivers route on headers without parsing the body).
+    /// receivers route on headers without parsing the body). The headers are outside the
+    /// body's signature, so `webhook-id` is their digest
+    /// ([`binary_message_id`](super::signing::binary_message_id)): a receiver that acts on
+    /// them checks it.
     #[default]
     Binary,
-    /// One request per event: the whole event as `application/cloudevents+json`.
+    /// One request per event: the whole event as `application/cloudevents+json`, all of it
+    /// in the signed body.
     Structured,
     /// One request per `send` call: a JSON array of structured events,
     /// `application/cloudevents-batch+json`. Fewest requests; all events share one outcome.

@@ -6,11 +6,18 @@
 //! every request carries one signature per secret, and the receiver accepts any that matches.
 //! `Signer` has no accessor and a redacted `Debug`; `parse_secret` and `message_mac` are the
 //! same computation for a receiver that verifies (`ankusa follow webhook`).
+//!
+//! The signature covers the body only, and a binary-mode request carries the event's
+//! attributes in `ce-*` headers outside it. So a binary request's `webhook-id` is a digest of
+//! those headers ([`binary_message_id`]): the MAC covers the id, the id covers the headers,
+//! and changing any of them breaks the signature. Structured and batch requests carry whole
+//! events in the body; their ids are the event's id and [`batch_id`](super::sink::batch_id).
 
-use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::engine::general_purpose::{STANDARD as BASE64, URL_SAFE_NO_PAD};
 use base64::Engine;
 use hmac::{Hmac, Mac};
-use sha2::Sha256;
+use reqwest::header::{HeaderMap, CONTENT_TYPE};
+use sha2::{Digest, Sha256};
 
 use crate::SinkError;
 
@@ -82,6 +89,34 @@ pub fn message_mac(key: &Hmac<Sha256>, id: &str, timestamp: &str, body: &[u8]) -
     mac
 }
 
+/// The `webhook-id` of a binary-mode request with `headers`: `msg_` + base64url (no padding)
+/// of SHA-256 over its CloudEvents headers in canonical form. Those are every `ce-*` header
+/// and `content-type`, each as `name:value\n` (name in lowercase, value as sent), sorted by
+/// name. `None` when one of them appears twice: a receiver could then read either value.
+pub fn binary_message_id(headers: &HeaderMap) -> Option<String> {
+    let mut fields: Vec<(&str, &[u8])> = Vec::with_capacity(16);
+    for name in headers.keys() {
+        let name = name.as_str();
+        if name != CONTENT_TYPE.as_str() && !name.starts_with("ce-") {
+            continue;
+        }
+        let mut values = headers.get_all(name).iter();
+        let (Some(value), None) = (values.next(), values.next()) else {
+            return None;
+        };
+        fields.push((name, value.as_bytes()));
+    }
+    fields.sort_unstable();
+    let mut digest = Sha256::new();
+    for (name, value) in fields {
+        digest.update(name.as_bytes());
+        digest.update(b":");
+        digest.update(value);
+        digest.update(b"\n");
+    }
+    Some(format!("msg_{}", URL_SAFE_NO_PAD.encode(digest.finalize())))
+}
+
 /// The keyed HMAC of a `whsec_<base64>` secret, if it is one.
 pub fn parse_secret(secret: &str) -> Option<Hmac<Sha256>> {
     let key = BASE64.decode(secret.strip_prefix(SECRET_PREFIX)?).ok()?;
@@ -138,6 +173,57 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("secrets"));
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(*name, value.parse().unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn a_binary_id_is_the_digest_of_the_ce_headers_in_canonical_form() {
+        let sent = headers(&[
+            ("ce-type", "io.ankusa.route.created"),
+            ("content-type", "application/json"),
+            ("ce-id", "e1"),
+            ("traceparent", "00-aa-bb-01"),
+            ("webhook-timestamp", "1"),
+        ]);
+        // The canonical form, computed by hand: only ce-* and content-type, sorted.
+        let canonical =
+            "ce-id:e1\nce-type:io.ankusa.route.created\ncontent-type:application/json\n";
+        let expected = format!(
+            "msg_{}",
+            URL_SAFE_NO_PAD.encode(Sha256::digest(canonical.as_bytes()))
+        );
+        assert_eq!(binary_message_id(&sent), Some(expected.clone()));
+        // Headers outside the form change nothing; any header inside it changes the id.
+        let mut other = sent.clone();
+        other.insert("traceparent", "00-cc-dd-01".parse().unwrap());
+        assert_eq!(binary_message_id(&other), Some(expected.clone()));
+        for (name, value) in [
+            ("ce-type", "io.ankusa.route.deleted"),
+            ("content-type", "text/plain"),
+            ("ce-id", "e2"),
+        ] {
+            let mut changed = sent.clone();
+            changed.insert(name, value.parse().unwrap());
+            assert_ne!(
+                binary_message_id(&changed),
+                Some(expected.clone()),
+                "{name}"
+            );
+        }
+        let mut added = sent.clone();
+        added.insert("ce-subjectversion", "1".parse().unwrap());
+        assert_ne!(binary_message_id(&added), Some(expected));
+        // A repeated attribute header binds nothing.
+        let mut twice = sent.clone();
+        twice.append("ce-type", "io.ankusa.route.deleted".parse().unwrap());
+        assert_eq!(binary_message_id(&twice), None);
     }
 
     #[test]

@@ -19,7 +19,7 @@ use reqwest::{Client, Method, Request, StatusCode, Url};
 use uuid::Uuid;
 
 use super::config::{WebhookConfig, WebhookMode};
-use super::signing::Signer;
+use super::signing::{binary_message_id, Signer};
 use crate::encoding::Binding;
 use crate::retry::RetryPolicy;
 use crate::{encoding, partition_key, telemetry, Delivery, Outcome, Sink, SinkError};
@@ -136,17 +136,20 @@ impl WebhookSink {
     async fn send_one(&self, delivery: &Delivery) -> Outcome {
         let event = &delivery.event;
         let request = match self.mode {
-            WebhookMode::Binary => self.binary(event),
+            WebhookMode::Binary => self.binary(event).and_then(|r| {
+                let id = binary_message_id(r.headers()).ok_or(())?;
+                self.signed(r, &id)
+            }),
             _ => encoding::structured(event)
                 .map_err(|_| ())
                 .and_then(|body| {
                     let builder = self.client.post(self.url.clone());
                     let request = builder.header(CONTENT_TYPE, STRUCTURED).body(body).build();
                     request.map_err(|_| ())
-                }),
+                })
+                .and_then(|r| self.signed(r, event.id())),
         }
-        .and_then(|r| traced(r, event))
-        .and_then(|r| self.signed(r, event.id()));
+        .and_then(|r| traced(r, event));
         match request {
             Ok(request) => self.execute(request, 1).await,
             Err(()) => {

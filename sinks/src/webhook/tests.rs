@@ -5,6 +5,9 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+
 use super::sink::parse_retry_after;
 use super::*;
 use crate::test_support::receiver::{OLD_SECRET, RECEIVER_SECRET};
@@ -68,7 +71,27 @@ async fn binary_mode_sends_ce_headers_data_and_a_valid_signature() {
     assert_eq!(got.header("ce-incarnation"), INCARNATION);
     assert_eq!(got.header("ce-partitionkey"), "acme/r1");
     assert_eq!(got.header("content-type"), "application/json");
-    assert_eq!(got.header("webhook-id"), event_id(7));
+    let ce_headers = got.headers.keys().filter(|n| n.as_str().starts_with("ce-"));
+    assert_eq!(ce_headers.count(), 10, "the ten above, no other");
+    // The id binds every header above: SHA-256 of them in canonical form, written out.
+    let canonical = [
+        format!("ce-dataschema:{DATASCHEMA}"),
+        format!("ce-id:{}", event_id(7)),
+        format!("ce-incarnation:{INCARNATION}"),
+        "ce-partitionkey:acme/r1".into(),
+        "ce-sequence:00000000000000000007".into(),
+        format!("ce-source:{SOURCE}"),
+        "ce-specversion:1.0".into(),
+        "ce-subject:routes/acme/r1".into(),
+        "ce-time:2024-05-06T07:08:16+00:00".into(),
+        "ce-type:io.ankusa.route.created".into(),
+        "content-type:application/json".into(),
+    ]
+    .map(|line| line + "\n")
+    .concat();
+    let digest = <sha2::Sha256 as sha2::Digest>::digest(canonical.as_bytes());
+    let expected_id = format!("msg_{}", URL_SAFE_NO_PAD.encode(digest));
+    assert_eq!(got.header("webhook-id"), expected_id);
     let sent_at: i64 = got.header("webhook-timestamp").parse().unwrap();
     assert!((chrono::Utc::now().timestamp() - sent_at).abs() <= 5);
     let signatures: Vec<&str> = got.header("webhook-signature").split(' ').collect();
@@ -195,8 +218,13 @@ async fn a_retried_event_carries_the_same_id_and_body() {
 
         let requests = receiver.requests();
         assert_eq!(requests.len(), 2, "{mode:?}");
-        assert_eq!(requests[0].header("webhook-id"), event_id(9));
-        assert_eq!(requests[1].header("webhook-id"), event_id(9));
+        let id = requests[0].header("webhook-id");
+        assert_eq!(requests[1].header("webhook-id"), id);
+        if mode == WebhookMode::Structured {
+            assert_eq!(id, event_id(9));
+        } else {
+            assert!(id.starts_with("msg_") && id.len() == 47, "{id}");
+        }
         assert_eq!(requests[0].body, requests[1].body, "{mode:?}");
         assert!(requests.iter().all(|r| r.signature_valid));
     }

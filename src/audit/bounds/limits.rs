@@ -100,6 +100,9 @@ pub struct TrailStats {
     pub blocked_by_cursor: u64,
     /// When the last sweep finished (unix ms, the trail's clock).
     pub last_sweep_at: Option<u64>,
+    /// How far the wall clock is ahead of the time the writer trusts (ms; 0: not ahead), as
+    /// of the last written group (`m:clock_ahead`).
+    pub clock_ahead: u64,
 }
 
 /// [`TrailStats`] shared between the writer, the retention task and readers.
@@ -119,6 +122,7 @@ impl SharedStats {
             ceilings,
             cursor,
             backlog: prune::backlog(cursor, counters.last_seq),
+            clock_ahead: counters.clock.ahead,
             ..TrailStats::default()
         })
     }

@@ -23,8 +23,10 @@
 //! committed while the clock is ahead carry its time (row times never decrease), so that
 //! guard alone holds only until the first commit after the jump. The running sweep task
 //! therefore also keeps a [`Timeline`]: the time it trusts, moved on by the monotonic clock
-//! between sweeps, which a wall clock leaping ahead of it does not move. It holds for as long
-//! as the node runs; a jump made while the node was stopped is held by the newest row alone.
+//! between sweeps, which a wall clock leaping ahead of it does not move. The writer keeps the
+//! same guard at every group and stores how far ahead the wall clock is (`m:clock_ahead`,
+//! [`ClockGuard`](crate::audit::clock::ClockGuard)), so a restart does not undo a leap the
+//! node saw. A jump made while the node was stopped is held by the newest row alone.
 
 use std::time::{Duration, Instant};
 
@@ -125,9 +127,11 @@ pub async fn sweep_until(
     let started = Instant::now();
     let limits = *trail.limits();
     let wall = trail.clock().now_ms();
-    let now = trusted.map_or(wall, |t| t.min(wall));
+    // A leap the writer saw, this run or before a restart, is not followed either.
+    let guarded = wall.saturating_sub(trail.stats().clock_ahead);
+    let now = trusted.map_or(guarded, |t| t.min(guarded));
     let newest = newest_row_at(trail).await?;
-    // A timeline that does not follow the wall clock has already reported the leap.
+    // A timeline or a guard that does not follow the wall clock has already reported the leap.
     if now == wall {
         check_clock(
             wall,

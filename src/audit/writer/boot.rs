@@ -13,6 +13,7 @@ use rocksdb::WriteBatch;
 use super::sync::Counters;
 use crate::audit::bounds::prune;
 use crate::audit::bounds::usage::Usage;
+use crate::audit::clock::ClockGuard;
 use crate::audit::hash::{SubjectHasher, KEY_LEN};
 use crate::audit::restore::incarnation::History;
 use crate::audit::tree::checkpoint::{CheckpointKey, SignedCheckpoint};
@@ -52,7 +53,13 @@ pub(crate) fn reachable(what: &str, seq: u64) -> Result<u64, StoreError> {
 /// Read the store's meta, making what a new store lacks (`m:audit_key`, the first
 /// incarnation) and recounting `m:audit_usage` when it does not match the trail, in one
 /// synced batch.
-pub(crate) fn boot(store: &Store, sinks: &[String], tree: bool) -> Result<Boot, StoreError> {
+/// `wall` is the wall clock at boot, for the clock guard (`m:clock_ahead`).
+pub(crate) fn boot(
+    store: &Store,
+    sinks: &[String],
+    tree: bool,
+    wall: u64,
+) -> Result<Boot, StoreError> {
     let mut batch = WriteBatch::default();
     let audit = store.cf(Cf::Audit);
     let key = audit_key(store, &mut batch)?;
@@ -78,6 +85,18 @@ pub(crate) fn boot(store: &Store, sinks: &[String], tree: bool) -> Result<Boot, 
         .meta(meta::REFRESH_PENDING)?
         .map(|v| crate::store::decode_u64(&v).unwrap_or(0));
     let positions = sink_positions(store, sinks, &mut batch)?;
+    let ahead = store
+        .meta(meta::CLOCK_AHEAD)?
+        .map_or(0, |v| crate::store::decode_u64(&v).unwrap_or(0));
+    let clock = ClockGuard::resume(ahead, last_at, wall);
+    if clock.ahead != ahead {
+        // The wall clock was set right while the node was stopped.
+        batch.put_cf(
+            audit,
+            keys::meta_key(meta::CLOCK_AHEAD),
+            clock.ahead.to_be_bytes(),
+        );
+    }
     if !batch.is_empty() {
         // Synced: the audit key must never change once a hash was made with it.
         store.write(batch, true)?;
@@ -91,6 +110,7 @@ pub(crate) fn boot(store: &Store, sinks: &[String], tree: bool) -> Result<Boot, 
             positions,
             tree: frontier,
             checkpointed,
+            clock,
         },
         history,
         refresh_pending,

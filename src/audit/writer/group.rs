@@ -21,6 +21,7 @@ use super::Writer;
 use crate::audit::bounds::limits::{Limits, Pruned};
 use crate::audit::bounds::prune;
 use crate::audit::bounds::usage::Usage;
+use crate::audit::clock::ClockGuard;
 use crate::audit::dual::writer_side as dual;
 use crate::audit::restore::refresh;
 use crate::audit::tree::Frontier;
@@ -65,6 +66,8 @@ pub(super) struct Preparing {
     pub(super) taken: Vec<Taken>,
     /// The commit time of its rows.
     at: u64,
+    /// The clock guard after this group's reading of the wall clock.
+    clock: ClockGuard,
     started: Instant,
     /// The pipe's epoch when it was started: a batch failing meanwhile abandons it.
     pub(super) epoch: u64,
@@ -92,6 +95,9 @@ impl Writer {
     /// The next group: it starts from the counters the last group handed over leaves, at a
     /// commit time never before the last row's.
     pub(super) fn next_group(&self, pipe: &Pipe) -> Preparing {
+        let wall = self.clock.now_ms();
+        let mut clock = self.counters.clock;
+        clock.observe(wall, self.clock.monotonic_ms());
         Preparing {
             g: Group {
                 batch: WriteBatch::default(),
@@ -106,7 +112,8 @@ impl Writer {
                 begun: Vec::new(),
             },
             taken: Vec::new(),
-            at: self.clock.now_ms().max(self.counters.last_at),
+            at: wall.max(self.counters.last_at),
+            clock,
             started: Instant::now(),
             epoch: pipe.epoch,
             advanced: false,
@@ -181,6 +188,7 @@ impl Writer {
             mut g,
             mut taken,
             at,
+            clock,
             started,
             epoch,
             advanced,
@@ -198,6 +206,14 @@ impl Writer {
         }
         let rows = g.seq - self.counters.last_seq;
         self.put_counters(&mut g, rows, advanced);
+        if clock.ahead != self.counters.clock.ahead {
+            // Kept so that a restart does not undo a leap this run saw (see ClockGuard).
+            g.batch.put_cf(
+                self.store.cf(Cf::Audit),
+                keys::meta_key(meta::CLOCK_AHEAD),
+                clock.ahead.to_be_bytes(),
+            );
+        }
         let begun = std::mem::take(&mut g.begun);
         let counters = Counters {
             last_seq: g.seq,
@@ -206,6 +222,7 @@ impl Writer {
             positions: g.positions,
             tree: g.tree,
             checkpointed: g.checkpointed,
+            clock,
         };
         self.counters = counters.clone();
         self.unsynced.push_back(g.overlay);

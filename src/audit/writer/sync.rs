@@ -21,6 +21,7 @@ use super::request::{Fate, Job};
 use crate::audit::bounds::limits::{Pruned, SharedStats};
 use crate::audit::bounds::prune::{self, SweepBatch};
 use crate::audit::bounds::usage::Usage;
+use crate::audit::clock::ClockGuard;
 use crate::audit::dual::requests::Answer;
 use crate::audit::restore::refresh::RefreshAnswer;
 use crate::audit::row::Row;
@@ -43,6 +44,8 @@ pub(crate) struct Counters {
     pub tree: Option<Frontier>,
     /// The seq of the last checkpoint row (0: none yet).
     pub checkpointed: u64,
+    /// The time the writer trusts against the wall clock (`m:clock_ahead`).
+    pub clock: ClockGuard,
 }
 
 /// A request taken into a group, waiting for the group's fate to be answered.
@@ -198,9 +201,10 @@ impl Syncer {
     fn note(&self, pruned: Pruned, refused: u64) {
         let cursor = prune::cursor(&self.written.positions);
         let backlog = prune::backlog(cursor, self.written.last_seq);
-        let usage = self.written.usage;
+        let (usage, clock_ahead) = (self.written.usage, self.written.clock.ahead);
         self.stats.update(|s| {
             s.usage = usage;
+            s.clock_ahead = clock_ahead;
             s.cursor = cursor;
             s.backlog = backlog;
             s.refused += refused;

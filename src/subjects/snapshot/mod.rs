@@ -344,9 +344,12 @@ impl Snapshots {
         Ok(count)
     }
 
-    /// Commit marker `snapshot.<verb>` of snapshot `id` with `entity` (a system row).
+    /// Commit marker `snapshot.<verb>` of snapshot `id` with `entity` (a system row), on a
+    /// resource of its own (`snapshots/<id>/<verb>`): its event's Kafka key is then its own,
+    /// so a compacted topic keeps both markers, not only the last one.
     async fn marker(&self, id: Uuid, verb: &str, entity: Value) -> Result<(), StoreError> {
-        let mut change = Change::new(format!("snapshot.{verb}"), resource(id)).entity(entity);
+        let resource = format!("{}/{verb}", resource(id));
+        let mut change = Change::new(format!("snapshot.{verb}"), resource).entity(entity);
         change.snapshot = Some(id.to_string());
         self.inner
             .trail

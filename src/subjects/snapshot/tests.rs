@@ -87,7 +87,16 @@ async fn one_runs_at_a_time_and_shows_its_progress() {
     );
     assert_eq!(rows[0].seq, seq, "the request names its row");
     let id = first.id.to_string();
-    assert!(rows.iter().all(|r| r.resource == format!("snapshots/{id}")));
+    let resources: Vec<&str> = rows.iter().map(|r| r.resource.as_str()).collect();
+    // Each marker has a key of its own: compaction keeps both.
+    assert_eq!(
+        resources,
+        [
+            format!("snapshots/{id}"),
+            format!("snapshots/{id}/start"),
+            format!("snapshots/{id}/finish")
+        ]
+    );
     assert_eq!(rows[1].snapshot.as_deref(), Some(id.as_str()));
     let entity = |seq| {
         let key = crate::store::keys::outbox_key(seq);

@@ -76,6 +76,40 @@ async fn missing_or_wrong_tokens_are_401_and_missing_scopes_403_without_rows() {
     node.stop().await;
 }
 
+/// A token that may write but not read gets no subject back from a write: a PATCH that
+/// changes nothing would otherwise answer the whole subject. Its writes still take effect,
+/// with their ETag and row.
+#[tokio::test]
+async fn a_write_only_token_is_answered_without_the_subject() {
+    let node = TestNode::start().await;
+    let item = format!("{SOURCES}/s1");
+    let created = node
+        .call(
+            Method::POST,
+            SOURCES,
+            WRITER,
+            Some(json!({"id": "s1", "kind": "k", "config": {"url": "https://a.test/"}})),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED);
+    assert_eq!(created.text, "", "no view for a write-only token");
+    assert_eq!(created.header("etag").as_deref(), Some("\"1\""));
+    // A PATCH that changes nothing answered the whole subject before.
+    let same = json!({"kind": "k"});
+    let patched = node
+        .call(Method::PATCH, &item, WRITER, Some(same.clone()))
+        .await;
+    assert_eq!(patched.status, StatusCode::OK, "{}", patched.text);
+    assert_eq!(patched.text, "");
+    // A token that reads too gets the view, as before.
+    let patched = node.call(Method::PATCH, &item, ADMIN, Some(same)).await;
+    assert_eq!(patched.status, StatusCode::OK);
+    assert_eq!(patched.json()["config"]["url"], "https://a.test/");
+    let deleted = node.call(Method::DELETE, &item, WRITER, None).await;
+    assert_eq!(deleted.status, StatusCode::NO_CONTENT);
+    node.stop().await;
+}
+
 async fn wait_ready(client: &reqwest::Client, base: &str) {
     let ready = async || {
         let r = client.get(format!("{base}/readyz")).send().await;

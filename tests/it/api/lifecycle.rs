@@ -37,7 +37,7 @@ pub(crate) fn hook_sink(v: &mut Value, sinks: Value, url: &str) {
     v["lifecycle"]["sinks"] = sinks;
     v["lifecycle"]["sink"]["hook"] = json!({
         "kind": "webhook", "url": url,
-        "secrets": ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
+        "secrets": ["whsec_dGhlIHJlY2VpdmVyJ3Mga2V5LCAzMiBieXRlcyBsb25n"],
         "retry": {"initial": "5ms", "max": "20ms", "max_retry_after": "20ms"},
     });
 }

@@ -133,6 +133,7 @@ async fn a_body_trickled_in_gets_408_and_writes_no_row() {
 async fn connections_over_the_limit_wait_for_a_free_one() {
     let node = TestNode::start_with(|c| {
         c["api"]["max_connections"] = json!(2);
+        c["api"]["reserved_connections"] = json!(0);
         c["api"]["header_timeout"] = json!("60s");
     })
     .await;
@@ -182,4 +183,77 @@ async fn a_stop_is_not_held_by_a_slow_client_beyond_the_grace() {
     ran.expect("node ran cleanly");
     assert!(started.elapsed() < Duration::from_secs(8), "{started:?}");
     drop(dir);
+}
+
+/// A connection with a 4 KB receive buffer that asks, pipelined, for the 122 KB OpenAPI
+/// document `times` times and never reads an answer.
+async fn non_reading(node: &TestNode, times: usize) -> Option<TcpStream> {
+    let addr = node.base.trim_start_matches("http://").parse().unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stream = socket.connect(addr).await.ok()?;
+    let ask = "GET /admin/v1/openapi.json HTTP/1.1\r\nhost: x\r\n\r\n".repeat(times);
+    stream.write_all(ask.as_bytes()).await.ok()?;
+    Some(stream)
+}
+
+/// Black-box: 256 connections that ask and never read (as many as `api.max_connections`)
+/// keep neither a probe nor an operator out: `/readyz` and an authenticated write answer
+/// within 2 s, and the stalled connections are closed after `api.write_timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_never_read_keep_neither_probes_nor_operators_out() {
+    let node = TestNode::start_with(|c| {
+        c["api"]["write_timeout"] = json!("2s");
+    })
+    .await;
+    let mut attackers = Vec::new();
+    for _ in 0..256 {
+        attackers.extend(non_reading(&node, 50).await);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = Instant::now();
+    let mut probe = connect(&node).await;
+    probe
+        .write_all(b"GET /readyz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = until_closed(&mut probe, Duration::from_secs(2)).await;
+    let answer = answer.expect("/readyz answered within 2 s");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let mut write = connect(&node).await;
+    write.write_all(post_head(200).as_bytes()).await.unwrap();
+    write.write_all(&padded_body(200)).await.unwrap();
+    let answer = until_closed(&mut write, Duration::from_secs(2)).await;
+    let answer = answer.expect("the write answered within 2 s");
+    assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
+    assert!(started.elapsed() < Duration::from_secs(4), "{started:?}");
+    // The change has its row, as any other.
+    let rows = node.rows().await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["action"], "source.create");
+    // The connections that held general slots are closed once their writes stall 2 s.
+    let closed = |reason: &str| {
+        let line = format!("ankusa_api_connections_closed_total{{reason=\"{reason}\"}} ");
+        let node = &node;
+        async move {
+            let text = node
+                .send(node.req(axum::http::Method::GET, "/metrics", None))
+                .await
+                .text;
+            text.lines()
+                .find_map(|l| l.strip_prefix(&line))
+                .map_or(0, |n| n.parse::<u64>().unwrap())
+        }
+    };
+    // The rest were refused on the reserve, or on accept, at once: every one is closed.
+    crate::support::eventually(
+        "every attacking connection closed",
+        Duration::from_secs(15),
+        async || closed("stalled").await + closed("busy").await + closed("refused").await == 256,
+    )
+    .await;
+    // At most 64 held general slots (the test client's own connection may hold one).
+    assert!((63..=64).contains(&closed("stalled").await));
+    drop(attackers);
+    node.stop().await;
 }

@@ -25,6 +25,19 @@ fn asyncapi() -> Value {
     serde_json::from_str(include_str!("../../../asyncapi/lifecycle-v1.json")).expect("JSON")
 }
 
+/// Where the document's relative `$ref`s to the schemas start: `schemas/<name>` beside it, as
+/// served (`/admin/v1/asyncapi.json`, `/admin/v1/schemas/`) and as kept (`asyncapi/schemas`
+/// links to `schemas/`).
+const RELATIVE: &str = "schemas/";
+
+/// A base URI for the document under which its relative refs name the schemas' `$id`s.
+const DOCUMENT_BASE: &str = "https://ankusa.io/lifecycle-v1.json";
+
+/// The relative ref of `ty`'s schema.
+fn schema_ref(ty: &str) -> String {
+    dataschema(ty).replacen(SCHEMA_BASE, RELATIVE, 1)
+}
+
 /// Every event type the node publishes.
 fn event_types() -> BTreeSet<&'static str> {
     SCHEMAS.iter().filter_map(|s| s.event_type).collect()
@@ -173,7 +186,7 @@ fn the_asyncapi_document_resolves_and_describes_every_published_type() {
             "" => doc.clone(),
             _ => {
                 let name = base
-                    .strip_prefix(SCHEMA_BASE)
+                    .strip_prefix(RELATIVE)
                     .unwrap_or_else(|| panic!("{r} is neither local nor a served schema"));
                 let schema = named(name).unwrap_or_else(|| panic!("{r}: no schema {name}"));
                 serde_json::from_str(schema.text).unwrap()
@@ -187,7 +200,7 @@ fn the_asyncapi_document_resolves_and_describes_every_published_type() {
                 .as_str()
                 .unwrap_or_else(|| panic!("{channel} carries no {ty}"));
             let message = doc.pointer(&message[1..]).unwrap();
-            assert_eq!(message["payload"]["$ref"], dataschema(ty), "{channel} {ty}");
+            assert_eq!(message["payload"]["$ref"], schema_ref(ty), "{channel} {ty}");
             let operation = if channel == "kafka" {
                 "publishToKafka"
             } else {
@@ -200,7 +213,7 @@ fn the_asyncapi_document_resolves_and_describes_every_published_type() {
         let branches = doc["components"]["schemas"]["StructuredEvent"]["oneOf"]
             .as_array()
             .unwrap();
-        let data = json!({"$ref": dataschema(ty)});
+        let data = json!({"$ref": schema_ref(ty)});
         assert!(
             branches.iter().any(|b| b["properties"]["data"] == data),
             "a structured {ty}"
@@ -217,14 +230,13 @@ struct Described {
 impl Described {
     fn new() -> Described {
         let doc = asyncapi();
-        let id = doc["id"].as_str().unwrap().to_owned();
         let registry = SCHEMAS
             .iter()
             .fold(Registry::new(), |r, s| {
                 let schema: Value = serde_json::from_str(s.text).unwrap();
                 r.add(format!("{SCHEMA_BASE}{}", s.name), schema).unwrap()
             })
-            .add(id, doc)
+            .add(DOCUMENT_BASE, doc)
             .unwrap()
             .prepare()
             .unwrap();
@@ -241,11 +253,10 @@ impl Described {
             validators,
         } = self;
         let validator = validators.entry(pointer.to_owned()).or_insert_with(|| {
-            let id = asyncapi()["id"].as_str().unwrap().to_owned();
             jsonschema::draft202012::options()
                 .with_registry(registry)
                 .should_validate_formats(true)
-                .build(&json!({"$ref": format!("{id}#{pointer}")}))
+                .build(&json!({"$ref": format!("{DOCUMENT_BASE}#{pointer}")}))
                 .unwrap_or_else(|e| panic!("{pointer}: {e}"))
         });
         let errors: Vec<String> = validator
@@ -261,7 +272,7 @@ impl Described {
 }
 
 const TOPIC: &str = "lifecycle-schemas";
-const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const SECRET: &str = "whsec_dGhlIHJlY2VpdmVyJ3Mga2V5LCAzMiBieXRlcyBsb25n";
 const MODES: [&str; 3] = ["binary", "structured", "batch"];
 
 /// A request's headers as JSON, by lower-case name.

@@ -24,7 +24,7 @@ use crate::support::redis::RedisServer;
 use crate::support::schemas;
 use procs::{free_port, NodeProc, Proc, Shared};
 
-const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const SECRET: &str = "whsec_dGhlIHJlY2VpdmVyJ3Mga2V5LCAzMiBieXRlcyBsb25n";
 const ROUTES: u32 = 8;
 const SOURCES: u32 = 4;
 /// How long the topic stays quiet before its reader has read it all.

@@ -163,16 +163,7 @@ async fn killed_with_9_mid_way_then_resumed_the_replica_is_exact() {
     produce(&broker, &events[9..]).await;
     tombstone(&broker, "acme/routes/r2").await;
     tombstone(&broker, "acme/routes/r3").await;
-    let options = KafkaOptions {
-        brokers: broker.address.clone(),
-        topic: TOPIC.into(),
-        group: GROUP.into(),
-        out: out.clone(),
-        batch_events: 100,
-        batch_interval: Duration::from_millis(50),
-        until_caught_up: true,
-        start: Default::default(),
-    };
+    let options = caught_up(&broker.address, &out);
     let metrics = Metrics::new();
     let caught_up = kafka::follow(options, metrics.clone(), std::future::pending());
     tokio::time::timeout(Duration::from_secs(120), caught_up)
@@ -340,5 +331,122 @@ async fn apply_rate_beside_a_bare_consumer() {
         rate(follow),
         bare.as_secs_f64() / follow.as_secs_f64(),
         metrics.writes.get()
+    );
+}
+
+/// A replica file that resumes partition 0 of [`TOPIC`] at `next` (and has read nothing).
+fn resuming_at(out: &Path, next: i64) {
+    let mut saved = file::ReplicaFile::default();
+    saved.progress.kafka = Some(file::KafkaProgress {
+        topic: TOPIC.into(),
+        next: BTreeMap::from([(0, next)]),
+    });
+    file::write(out, &file::encode(&saved)).unwrap();
+}
+
+/// A library follower of [`TOPIC`] on `bootstrap` into `out` that stops once caught up.
+fn caught_up(bootstrap: &str, out: &Path) -> KafkaOptions {
+    KafkaOptions {
+        brokers: bootstrap.to_owned(),
+        topic: TOPIC.into(),
+        group: GROUP.into(),
+        out: out.to_owned(),
+        batch_events: 100,
+        batch_interval: Duration::from_millis(50),
+        until_caught_up: true,
+        start: Default::default(),
+    }
+}
+
+/// The follower's error against `bootstrap` resuming from `out`.
+async fn follow_error(bootstrap: &str, out: &Path) -> String {
+    let followed = kafka::follow(
+        caught_up(bootstrap, out),
+        Metrics::new(),
+        std::future::pending(),
+    );
+    let ended = tokio::time::timeout(Duration::from_secs(60), followed).await;
+    ended.expect("the follower stops").unwrap_err().to_string()
+}
+
+/// A follower that cannot resume where its replica is (records deleted by retention before it
+/// read them) stops with an error naming the gap, instead of jumping to the earliest record
+/// and looking healthy. (rdkafka's in-process MockCluster: it keeps 5 MB a partition and
+/// deletes the oldest records past that, as a broker's size retention does; tansu has none.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_position_the_topic_no_longer_holds_stops_the_follower_naming_the_gap() {
+    use rdkafka::consumer::BaseConsumer;
+    use rdkafka::mocking::MockCluster;
+
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic(TOPIC, 1, 1).unwrap();
+    let bootstrap = cluster.bootstrap_servers();
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("linger.ms", "0")
+        .create()
+        .unwrap();
+    // 10 events, then 8 MB more: the oldest records go.
+    let filler = vec![b'x'; 100 << 10];
+    for i in 0..90 {
+        let record = FutureRecord::<str, [u8]>::to(TOPIC).key("k");
+        let value = match scenario().get(i) {
+            Some(event) if i < 10 => {
+                serde_json::to_vec(&ankusa_sinks::structured_value(event).unwrap()).unwrap()
+            }
+            _ => filler.clone(),
+        };
+        let record = record.payload(&value);
+        producer
+            .send(record, Duration::from_secs(30))
+            .await
+            .unwrap();
+    }
+    let watermarks = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .create::<BaseConsumer>()
+        .unwrap()
+        .fetch_watermarks(TOPIC, 0, Duration::from_secs(10))
+        .unwrap();
+    let (oldest, end) = watermarks;
+    assert!(
+        oldest > 10 && end == 90,
+        "retention deleted the events: {watermarks:?}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("replica.json");
+    // The replica had read two records when it stopped; retention passed it meanwhile.
+    resuming_at(&out, 2);
+    let error = follow_error(&bootstrap, &out).await;
+    assert!(
+        error.contains(&format!(
+            "partition 0 of follow: the replica resumes at offset 2, but the oldest record the \
+             topic holds is at {oldest}"
+        )),
+        "{error}"
+    );
+    assert!(
+        error.contains("Start a new replica from a snapshot"),
+        "{error}"
+    );
+    // The file is as it was: nothing read, nothing skipped.
+    let kept = file::load(&out).unwrap().unwrap();
+    assert_eq!(kept.progress.kafka.unwrap().next, BTreeMap::from([(0, 2)]));
+    assert_eq!(kept.replica, Replica::default());
+    // Resumed where the topic starts, it reads on to the end.
+    resuming_at(&out, oldest);
+    let followed = kafka::follow(
+        caught_up(&bootstrap, &out),
+        Metrics::new(),
+        std::future::pending(),
+    );
+    tokio::time::timeout(Duration::from_secs(60), followed)
+        .await
+        .unwrap()
+        .unwrap();
+    let read = file::load(&out).unwrap().unwrap();
+    assert_eq!(
+        read.progress.kafka.unwrap().next,
+        BTreeMap::from([(0, end)])
     );
 }

@@ -388,7 +388,7 @@ async fn a_sink_that_is_down_holds_the_cursor_but_not_the_other_sink() {
         assert_eq!(
             *id,
             event_id(incarnation, seq.parse().unwrap()).to_string(),
-            "webhook-id is the event id"
+            "every event id is the one its seq is published under"
         );
     }
     p.stop().await;

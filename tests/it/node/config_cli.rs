@@ -14,6 +14,13 @@ fn config(args: &[&str], file: Option<&Path>) -> Output {
     if let Some(file) = file {
         command.arg("--config").arg(file);
     }
+    if file.is_some_and(|f| f.ends_with("config/compose.toml")) {
+        // Its webhook secret is the deployment's, given as docker-compose.yml gives it.
+        command.env(
+            "ANKUSA_LIFECYCLE__SINK__WEBHOOK__SECRETS",
+            r#"["whsec_dGhlIHJlY2VpdmVyJ3Mga2V5LCAzMiBieXRlcyBsb25n"]"#,
+        );
+    }
     command
         .arg("config")
         .args(args)
@@ -87,7 +94,7 @@ sinks = ["hook", "kafka"]
 [lifecycle.sink.hook]
 kind = "webhook"
 url = "https://h.test/"
-secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+secrets = ["whsec_dGhlIHJlY2VpdmVyJ3Mga2V5LCAzMiBieXRlcyBsb25n"]
 
 [lifecycle.sink.kafka]
 kind = "kafka"
@@ -125,7 +132,7 @@ async fn connect_reaches_each_sink_and_store() {
     broker.create_topic("present", 1).await;
     let dir = tempfile::tempdir().unwrap();
     let healthy = format!(
-        "[routes]\nstore = \"redis\"\nredis_url = \"{}\"\n\n[lifecycle]\nsinks = [\"hook\", \"kafka\"]\n\n[lifecycle.sink.kafka]\nkind = \"kafka\"\nbrokers = \"{}\"\ntopic = \"present\"\nhealthcheck_timeout = \"5s\"\n\n[lifecycle.sink.hook]\nkind = \"webhook\"\nurl = \"{}\"\nhealthcheck_url = \"{}\"\nsecrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\n",
+        "[routes]\nstore = \"redis\"\nredis_url = \"{}\"\n\n[lifecycle]\nsinks = [\"hook\", \"kafka\"]\n\n[lifecycle.sink.kafka]\nkind = \"kafka\"\nbrokers = \"{}\"\ntopic = \"present\"\nhealthcheck_timeout = \"5s\"\n\n[lifecycle.sink.hook]\nkind = \"webhook\"\nurl = \"{}\"\nhealthcheck_url = \"{}\"\nsecrets = [\"whsec_dGhlIHJlY2VpdmVyJ3Mga2V5LCAzMiBieXRlcyBsb25n\"]\n",
         redis.url(),
         broker.address,
         receiver.url(),

@@ -134,3 +134,59 @@ async fn on_a_running_node_rows_committed_after_a_jump_do_not_expire_the_rows_be
     assert_counters_true(&trail);
     trail.shutdown().await;
 }
+
+/// A leap the node saw while it ran is not undone by a restart: the writer keeps how far
+/// the wall clock is ahead (`m:clock_ahead`), and the first sweep after the restart expires
+/// nothing that the time the node trusts keeps. Once the wall clock is set right, the node
+/// trusts it again.
+#[tokio::test]
+async fn a_leap_seen_while_running_is_not_undone_by_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let trail = open(dir.path(), &[], limits(365, 1000), &clock);
+    create_sources(&trail, 1..4).await; // seqs 1..=3 at T0
+    clock.advance(DAY);
+    // The wall clock leaps 400 days while a second passes; the node commits at the leapt time.
+    clock.leap(400 * DAY);
+    clock.advance(1000);
+    create_sources(&trail, 4..7).await; // seqs 4..=6
+    let ahead = trail.stats().clock_ahead;
+    assert_eq!(ahead, 400 * DAY, "the writer saw the leap");
+    assert_eq!(
+        trail
+            .store()
+            .meta_u64(ankusa::store::keys::meta::CLOCK_AHEAD)
+            .unwrap(),
+        400 * DAY
+    );
+    trail.shutdown().await;
+    drop(trail);
+
+    // Restarted with the wall clock still ahead: the rows of T0 are a day old, not 401.
+    let trail = open(dir.path(), &[], limits(365, 1000), &clock);
+    assert_eq!(trail.stats().clock_ahead, 400 * DAY);
+    let report = trail.sweep_now().await.unwrap();
+    assert_eq!(report.pruned, 0, "{report:?}");
+    assert_eq!(report.cutoff, T0 + DAY + 1000 - 365 * DAY);
+    assert_eq!(seqs(&trail), (1..=6).collect::<Vec<_>>());
+    trail.shutdown().await;
+    drop(trail);
+
+    // Set right while the node was stopped (before the rows of the leap): trusted again,
+    // and the rows of T0 expire when they are a retention old.
+    clock.set(T0 + DAY + 2000);
+    let trail = open(dir.path(), &[], limits(365, 1000), &clock);
+    assert_eq!(trail.stats().clock_ahead, 0);
+    create_sources(&trail, 7..8).await;
+    assert_eq!(
+        trail
+            .store()
+            .meta_u64(ankusa::store::keys::meta::CLOCK_AHEAD)
+            .unwrap(),
+        0
+    );
+    clock.set(T0 + 366 * DAY);
+    let report = trail.sweep_now().await.unwrap();
+    assert_eq!(report.pruned, 3, "{report:?}");
+    trail.shutdown().await;
+}
