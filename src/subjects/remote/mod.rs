@@ -170,6 +170,45 @@ pub trait RemoteStore<T: RemoteSubject>: Send + Sync + std::fmt::Debug {
 
     /// Delete subject `id` of `tenant` if it is at version `expected`.
     async fn delete(&self, tenant: &str, id: &str, expected: u64) -> Result<Cas, StoreError>;
+
+    /// [`put`](RemoteStore::put) as one change of a dual write, refused if [`fence`] was
+    /// called with its `token`. A store whose writes cannot arrive late (in process) needs
+    /// no more than `put`.
+    ///
+    /// [`fence`]: RemoteStore::fence
+    async fn put_fenced(
+        &self,
+        subject: T,
+        state: Option<State>,
+        expected: Option<u64>,
+        token: &str,
+    ) -> Result<Cas, StoreError> {
+        let _ = token;
+        self.put(subject, state, expected).await
+    }
+
+    /// [`delete`](RemoteStore::delete) as one change of a dual write, refused if
+    /// [`fence`](RemoteStore::fence) was called with its `token`.
+    async fn delete_fenced(
+        &self,
+        tenant: &str,
+        id: &str,
+        expected: u64,
+        token: &str,
+    ) -> Result<Cas, StoreError> {
+        let _ = token;
+        self.delete(tenant, id, expected).await
+    }
+
+    /// Refuse, from now on, the write of the change `token` names, wherever it still is (a
+    /// write that timed out may sit on a connection that was replaced, and land later).
+    /// Settlement calls it before it reads the subject back: a write that lands after the
+    /// fence is refused, one that landed before it is what the read sees. Either way the row
+    /// says what happened.
+    async fn fence(&self, token: &str) -> Result<(), StoreError> {
+        let _ = token;
+        Ok(())
+    }
 }
 
 /// Subjects of one kind in a remote store, their changes recorded in a trail.
@@ -370,6 +409,10 @@ impl<T: RemoteSubject> Reconcile for Reconciler<T> {
 
     async fn present(&self, locator: &Value) -> Result<Reading, String> {
         let (tenant, id) = located::<T>(locator)?;
+        // The change's own write, if it is still on its way, must not land after this read.
+        if let Some(token) = locator["fence"].as_str() {
+            self.store.fence(token).await.map_err(|e| e.to_string())?;
+        }
         let found = self
             .store
             .get(tenant, id)

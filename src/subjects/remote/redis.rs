@@ -11,7 +11,10 @@
 //! - `<prefix><kind>:version`: the kind's version counter, which every change increments in
 //!   its script;
 //! - `<prefix>store_id`: a random id, set by the first node to connect, that names the store
-//!   in events (`redis:<id>`): every node of a fleet sharing the Redis names it alike.
+//!   in events (`redis:<id>`): every node of a fleet sharing the Redis names it alike;
+//! - `<prefix>fence:<token>`: set for a day when settlement reads back a change whose write
+//!   did not answer; that change's script (`token` names it) is then refused if it still
+//!   arrives, on a connection since replaced.
 //!
 //! The tenants are found by scanning for their index keys (`SCAN MATCH`), only by the refresh
 //! that follows a restore.
@@ -41,10 +44,13 @@ use crate::audit::{Stamp, State};
 use crate::store::StoreError;
 
 /// Write a subject if it is at the expected version (-1: absent), at the next version.
-/// Replies `{1, version}`, or `{0, revision}` on a conflict. A hash written before versions
-/// existed has none: it is at version 0, and the counter is kept above every stored version.
-/// A subject exists while its hash has a `rev` (every write sets one), as `decode` reads it.
+/// Replies `{1, version}`, or `{0, revision}` on a conflict, or `{2, 0}` when its change was
+/// fenced (`KEYS[4]` exists: settlement read the subject back without it). A hash written
+/// before versions existed has none: it is at version 0, and the counter is kept above every
+/// stored version. A subject exists while its hash has a `rev` (every write sets one), as
+/// `decode` reads it.
 const PUT: &str = r#"
+if redis.call('EXISTS', KEYS[4]) == 1 then return {2, 0} end
 local f = redis.call('HMGET', KEYS[1], 'rev', 'ver')
 local exists = f[1] ~= false
 local rev = tonumber(f[1] or '0')
@@ -63,8 +69,10 @@ redis.call('ZADD', KEYS[2], 0, ARGV[2])
 return {1, n}
 "#;
 
-/// Delete a subject if it is at the expected version, taking the next version.
+/// Delete a subject if it is at the expected version, taking the next version; `{2, 0}` when
+/// its change was fenced, as for `PUT`.
 const DELETE: &str = r#"
+if redis.call('EXISTS', KEYS[4]) == 1 then return {2, 0} end
 local f = redis.call('HMGET', KEYS[1], 'rev', 'ver')
 if f[1] == false then return {0, 0} end
 local ver = tonumber(f[2] or '0')
@@ -198,6 +206,12 @@ impl<T: RemoteSubject> RedisStore<T> {
         &self.counter_key
     }
 
+    /// `<prefix>fence:<token>`: set once settlement fenced change `token` (an empty token, a
+    /// write outside a dual write, names a key never set).
+    fn fence_key(&self, token: &str) -> String {
+        [&self.prefix, "fence:", token].concat()
+    }
+
     fn index_key(&self, tenant: &str) -> String {
         [&self.prefix, T::KIND, "s:{", tenant, "}"].concat()
     }
@@ -263,6 +277,11 @@ fn cas(key: &str, name: &str, (written, value): (i64, i64)) -> Result<Cas, Store
     match (written, u64::try_from(value)) {
         (1, Ok(version)) => Ok(Cas::Written(stamp(name, version))),
         (0, Ok(actual)) => Ok(Cas::Conflict { actual }),
+        // Only a write still on its way when its settlement read the subject gets this; the
+        // row already says it did not land.
+        (2, _) => Err(StoreError::Unavailable(
+            "redis: the change was fenced by its settlement".into(),
+        )),
         _ => Err(StoreError::Corrupt {
             what: key.to_owned(),
             detail: "unexpected script reply".into(),
@@ -408,8 +427,22 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
     async fn put(
         &self,
         subject: T,
+        state: Option<State>,
+        expected: Option<u64>,
+    ) -> Result<Cas, StoreError> {
+        self.put_fenced(subject, state, expected, "").await
+    }
+
+    async fn delete(&self, tenant: &str, id: &str, expected: u64) -> Result<Cas, StoreError> {
+        self.delete_fenced(tenant, id, expected, "").await
+    }
+
+    async fn put_fenced(
+        &self,
+        subject: T,
         _state: Option<State>,
         expected: Option<u64>,
+        token: &str,
     ) -> Result<Cas, StoreError> {
         let key = self.key(subject.tenant(), subject.id());
         // The stored `rev` is the truth; the JSON's revision is overwritten on every read.
@@ -424,6 +457,7 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
             .key(&key)
             .key(self.index_key(subject.tenant()))
             .key(self.counter_key())
+            .key(self.fence_key(token))
             .arg(expected)
             .arg(subject.id())
             .arg(json)
@@ -433,7 +467,13 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
         cas(&key, &name, reply)
     }
 
-    async fn delete(&self, tenant: &str, id: &str, expected: u64) -> Result<Cas, StoreError> {
+    async fn delete_fenced(
+        &self,
+        tenant: &str,
+        id: &str,
+        expected: u64,
+        token: &str,
+    ) -> Result<Cas, StoreError> {
         let key = self.key(tenant, id);
         let (mut conn, name) = self.conn().await?;
         let reply = self
@@ -441,6 +481,7 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
             .key(&key)
             .key(self.index_key(tenant))
             .key(self.counter_key())
+            .key(self.fence_key(token))
             .arg(expected)
             .arg(id)
             .invoke_async(&mut conn)
@@ -448,7 +489,26 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
             .map_err(unavailable)?;
         cas(&key, &name, reply)
     }
+
+    async fn fence(&self, token: &str) -> Result<(), StoreError> {
+        if token.is_empty() {
+            return Ok(());
+        }
+        let (mut conn, _) = self.conn().await?;
+        // A day: far longer than any write can sit on a connection, and then gone by itself.
+        redis::cmd("SET")
+            .arg(self.fence_key(token))
+            .arg(1)
+            .arg("EX")
+            .arg(FENCE_SECS)
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(unavailable)
+    }
 }
+
+/// How long a fence is kept, in seconds.
+const FENCE_SECS: u64 = 86_400;
 
 #[cfg(test)]
 mod tests {

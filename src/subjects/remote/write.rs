@@ -135,12 +135,14 @@ impl<T: RemoteSubject> Remote<T> {
             (None, None) => return Err(CommitError::StoreUnavailable),
         };
         let stored_state = after_state.clone();
+        // Names this change's write, so that settlement can fence it (see RemoteStore::fence).
+        let fence = uuid::Uuid::new_v4().simple().to_string();
         let mut change = Change::new([T::KIND, ".", verb].concat(), resource::<T>(&id))
             .tenant(&tenant)
             .encoded_states(before_state, after_state)
             .revision(revision)
             .entity_json(entity)
-            .locate(T::KIND, json!({"tenant": tenant, "id": id}));
+            .locate(T::KIND, json!({"tenant": tenant, "id": id, "fence": fence}));
         change.detail = detail;
         let (store, trail, locks) = (self.store.clone(), self.trail.clone(), self.locks.clone());
         // Boxed: the future is a few KB, and a task's future is moved several times on its
@@ -152,7 +154,7 @@ impl<T: RemoteSubject> Remote<T> {
                 .record(ctx, change, || {
                     apply(
                         store,
-                        (tenant.clone(), id.clone()),
+                        (tenant.clone(), id.clone(), &fence),
                         (after, stored_state),
                         (expected, revision),
                     )
@@ -176,7 +178,7 @@ impl<T: RemoteSubject> Remote<T> {
 /// on the version it read (`expected`; `None` for a create), and what it means for the row.
 async fn apply<T: RemoteSubject>(
     store: Arc<dyn RemoteStore<T>>,
-    (tenant, id): (String, String),
+    (tenant, id, fence): (String, String, &str),
     (after, state): (Option<T>, Option<State>),
     (expected, revision): (Option<u64>, u64),
 ) -> (Option<Finish>, Result<(), CommitError<SubjectError>>) {
@@ -185,8 +187,8 @@ async fn apply<T: RemoteSubject>(
         Err(CommitError::StoreUnavailable)
     ));
     let written = match (after, expected) {
-        (Some(subject), _) => store.put(subject, state, expected).await,
-        (None, Some(expected)) => store.delete(&tenant, &id, expected).await,
+        (Some(subject), _) => store.put_fenced(subject, state, expected, fence).await,
+        (None, Some(expected)) => store.delete_fenced(&tenant, &id, expected, fence).await,
         (None, None) => return (Some(Finish::Refused), Err(CommitError::StoreUnavailable)),
     };
     match written {

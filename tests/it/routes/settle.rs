@@ -519,3 +519,56 @@ async fn a_booting_node_settles_what_the_last_run_left() {
     let _ = stop.send(());
     node.await.unwrap().unwrap();
 }
+
+/// A write whose answer never came (its connection closed on the node's side) lands in Redis
+/// after settlement read the route back and recorded `failed`: the change is fenced before
+/// that read, so the late script is refused, and the row stays true. (A proxy holds the
+/// script's bytes and delivers them late on the connection the node gave up.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_lands_after_its_settlement_is_refused() {
+    let redis = RedisServer::start();
+    let proxy = crate::support::proxy::Proxy::start(redis.port).await;
+    let dir = tempfile::tempdir().unwrap();
+    let trail = open_trail(dir.path(), true);
+    let settling = settling(
+        &trail,
+        redis_store(&proxy.redis_url()),
+        Duration::from_millis(100),
+        Duration::from_secs(10),
+    );
+    let routes = settling.routes.clone();
+    let create = new_route("r1", "https://example.test/a");
+    routes
+        .create(ctx("alice"), "t1".into(), create)
+        .await
+        .unwrap();
+
+    // The update's script is held on its way; the node sees its connection close.
+    proxy.hold_next(b"EVALSHA");
+    let patch = RoutePatch {
+        destination: Some("https://example.test/b".into()),
+        ..RoutePatch::default()
+    };
+    let update = routes.update(ctx("alice"), "t1".into(), "r1".into(), patch, None);
+    assert!(update.await.is_err(), "no answer from the store");
+    assert_eq!(proxy.held(), 1);
+    wait_settled(trail.store(), Duration::from_secs(15)).await;
+    let rows = route_rows(trail.store(), "r1");
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[1].action, "route.update");
+    assert_eq!(rows[1].result, RowResult::Failed, "read back as it was");
+
+    // Now the script arrives, late: it must not change what the row says did not happen.
+    proxy.release().await;
+    let direct = redis_store(&redis.url());
+    let found = direct
+        .get("t1", "r1")
+        .await
+        .unwrap()
+        .into_subject()
+        .unwrap();
+    assert_eq!(found.destination, "https://example.test/a");
+    assert_eq!(found.revision, 1);
+    settling.stop().await;
+    trail.shutdown().await;
+}

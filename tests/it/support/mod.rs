@@ -12,6 +12,7 @@ pub mod eventually;
 pub mod held;
 pub mod kafka;
 pub mod node;
+pub mod proxy;
 pub mod publisher;
 pub mod redis;
 pub mod schemas;
