@@ -9,7 +9,9 @@
 //! - `<prefix><kind>s:{<tenant>}`: a sorted set of the tenant's ids (all at score 0, so that
 //!   `ZRANGEBYLEX` pages them in id order);
 //! - `<prefix><kind>:version`: the kind's version counter, which every change increments in
-//!   its script;
+//!   its script, kept at or above Redis's clock in microseconds and above this process's
+//!   floor (the greatest version it issued or read): a Redis that lost its data (a failover,
+//!   a restart without persistence, an old backup) issues no version it published before;
 //! - `<prefix>store_id`: a random id, set by the first node to connect, that names the store
 //!   in events (`redis:<id>`): every node of a fleet sharing the Redis names it alike;
 //! - `<prefix>fence:<token>`: set for a day when settlement reads back a change whose write
@@ -33,6 +35,7 @@
 //! retrying settlement, while Redis is down. Every call is bounded by the configured timeout.
 
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -59,10 +62,12 @@ local want = tonumber(ARGV[1])
 if (want < 0 and exists) or (want >= 0 and (not exists or ver ~= want)) then
   return {0, rev}
 end
+local t = redis.call('TIME')
+local least = math.max(ver + 1, tonumber(ARGV[4]) + 1, t[1] * 1000000 + t[2])
 local n = redis.call('INCR', KEYS[3])
-if n <= ver then
-  n = ver + 1
-  redis.call('SET', KEYS[3], n)
+if n < least then
+  n = least
+  redis.call('SET', KEYS[3], string.format('%d', n))
 end
 redis.call('HSET', KEYS[1], 'rev', rev + 1, 'ver', n, 'json', ARGV[3])
 redis.call('ZADD', KEYS[2], 0, ARGV[2])
@@ -79,10 +84,12 @@ local ver = tonumber(f[2] or '0')
 if ver ~= tonumber(ARGV[1]) then
   return {0, tonumber(f[1])}
 end
+local t = redis.call('TIME')
+local least = math.max(ver + 1, tonumber(ARGV[3]) + 1, t[1] * 1000000 + t[2])
 local n = redis.call('INCR', KEYS[3])
-if n <= ver then
-  n = ver + 1
-  redis.call('SET', KEYS[3], n)
+if n < least then
+  n = least
+  redis.call('SET', KEYS[3], string.format('%d', n))
 end
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[2])
@@ -101,6 +108,10 @@ pub struct RedisStore<T> {
     conn: OnceCell<(ConnectionManager, String)>,
     put: Script,
     delete: Script,
+    /// The greatest version this process has issued or read: every write script takes it as
+    /// a floor, so a Redis that lost its counter (a failover, a restart without persistence,
+    /// an old backup) never issues a version this node has seen again.
+    floor: AtomicU64,
     kind: PhantomData<fn() -> T>,
 }
 
@@ -152,6 +163,7 @@ impl<T: RemoteSubject> RedisStore<T> {
             conn: OnceCell::new(),
             put: Script::new(PUT),
             delete: Script::new(DELETE),
+            floor: AtomicU64::new(0),
             kind: PhantomData,
         })
     }
@@ -206,6 +218,20 @@ impl<T: RemoteSubject> RedisStore<T> {
         &self.counter_key
     }
 
+    /// `written`, raising the floor to the version it issued.
+    fn issued(&self, written: Cas) -> Result<Cas, StoreError> {
+        if let Cas::Written(stamp) = &written {
+            self.floor.fetch_max(stamp.version, Ordering::Relaxed);
+        }
+        Ok(written)
+    }
+
+    /// `stamp` of the store named `name`, raising the floor to its version.
+    fn seen(&self, name: &str, version: u64) -> Stamp {
+        self.floor.fetch_max(version, Ordering::Relaxed);
+        stamp(name, version)
+    }
+
     /// `<prefix>fence:<token>`: set once settlement fenced change `token` (an empty token, a
     /// write outside a dual write, names a key never set).
     fn fence_key(&self, token: &str) -> String {
@@ -232,6 +258,15 @@ fn glob_escape(s: &str) -> String {
         out.push(c);
     }
     out
+}
+
+/// The store's version now, from its counter and its clock (`TIME`: seconds, microseconds):
+/// every version issued so far is at or below it (a version is at least the clock in
+/// microseconds when it is issued), and every later one above, even if the counter was lost.
+fn store_version(counter: Option<u64>, (seconds, micros): (u64, u64)) -> u64 {
+    counter
+        .unwrap_or(0)
+        .max(seconds.saturating_mul(1_000_000).saturating_add(micros))
 }
 
 /// The stamp of version `version` of the store named `name`.
@@ -335,25 +370,29 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
             .map_err(unavailable)?;
         if let Some(subject) = decode(&key, fields)? {
             return Ok(Found {
-                stamp: stamp(&name, subject.version),
+                stamp: self.seen(&name, subject.version),
                 subject: Some(subject),
             });
         }
-        // Absent: read again in one transaction, so that the counter is read in the same
-        // step as the subject's absence (it may have been created meanwhile).
-        let (fields, counter): (Fields, Option<u64>) = redis::pipe()
+        // Absent: read again in one transaction, so that the store's version is read in the
+        // same step as the subject's absence (it may have been created meanwhile).
+        let (fields, counter, time): (Fields, Option<u64>, (u64, u64)) = redis::pipe()
             .atomic()
             .add_command(read_fields(&key))
             .cmd("GET")
             .arg(self.counter_key())
+            .cmd("TIME")
             .query_async(&mut conn)
             .await
             .map_err(unavailable)?;
         let subject = decode(&key, fields)?;
-        let version = subject.as_ref().map_or(counter.unwrap_or(0), |s| s.version);
+        let version = match &subject {
+            Some(s) => s.version,
+            None => store_version(counter, time),
+        };
         Ok(Found {
             subject,
-            stamp: stamp(&name, version),
+            stamp: self.seen(&name, version),
         })
     }
 
@@ -403,6 +442,7 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
             let found: Vec<Fields> = pipe.query_async(&mut conn).await.map_err(unavailable)?;
             for (id, fields) in ids.iter().zip(found) {
                 if let Some(subject) = decode(&self.key(tenant, id), fields)? {
+                    self.floor.fetch_max(subject.version, Ordering::Relaxed);
                     subjects.push(subject);
                 }
             }
@@ -416,12 +456,15 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
 
     async fn version(&self) -> Result<Stamp, StoreError> {
         let (mut conn, name) = self.conn().await?;
-        let counter: Option<u64> = redis::cmd("GET")
+        let (counter, time): (Option<u64>, (u64, u64)) = redis::pipe()
+            .atomic()
+            .cmd("GET")
             .arg(self.counter_key())
+            .cmd("TIME")
             .query_async(&mut conn)
             .await
             .map_err(unavailable)?;
-        Ok(stamp(&name, counter.unwrap_or(0)))
+        Ok(self.seen(&name, store_version(counter, time)))
     }
 
     async fn put(
@@ -461,10 +504,11 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
             .arg(expected)
             .arg(subject.id())
             .arg(json)
+            .arg(self.floor.load(Ordering::Relaxed))
             .invoke_async(&mut conn)
             .await
             .map_err(unavailable)?;
-        cas(&key, &name, reply)
+        self.issued(cas(&key, &name, reply)?)
     }
 
     async fn delete_fenced(
@@ -484,10 +528,11 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
             .key(self.fence_key(token))
             .arg(expected)
             .arg(id)
+            .arg(self.floor.load(Ordering::Relaxed))
             .invoke_async(&mut conn)
             .await
             .map_err(unavailable)?;
-        cas(&key, &name, reply)
+        self.issued(cas(&key, &name, reply)?)
     }
 
     async fn fence(&self, token: &str) -> Result<(), StoreError> {
