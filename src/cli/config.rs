@@ -92,9 +92,8 @@ async fn reach(config: &Config, out: &mut dyn Write) -> anyhow::Result<usize> {
         report("route store (redis)".into(), ping(store.as_ref()).await)?;
     }
     if config.sources.store == SourceStoreKind::Redis {
-        let s = &config.sources;
-        let store = RedisStore::<Source>::new(&s.redis_url, &s.key_prefix, s.redis_timeout)
-            .context("the source store")?;
+        let store =
+            RedisStore::<Source>::open(&config.sources.redis()).context("the source store")?;
         report("source store (redis)".into(), ping(&store).await)?;
     }
     Ok(failed)

@@ -27,7 +27,7 @@ pub use api::{ApiConfig, Scope, TokenConfig, TrustedProxy};
 pub use audit::{AuditConfig, SettlementConfig};
 pub use lifecycle::LifecycleConfig;
 pub use node::{relative_within, within, NodeConfig};
-pub use remote::{RemoteStoreKind, RoutesConfig, SourceStoreKind, SourcesConfig};
+pub use remote::{RedisSettings, RemoteStoreKind, RoutesConfig, SourceStoreKind, SourcesConfig};
 pub use show::{redact, REDACTED};
 pub use telemetry::TelemetryConfig;
 

@@ -20,6 +20,13 @@ pub struct RoutesConfig {
     /// How long one Redis call (or connection attempt) may take.
     #[serde(with = "humantime_serde")]
     pub redis_timeout: Duration,
+    /// Redis Sentinel: the sentinels (`host:port`) that name the primary; empty: `redis_url`.
+    pub sentinels: Vec<String>,
+    /// The name the sentinels monitor the primary under.
+    pub sentinel_master: String,
+    /// The sentinels' own password, if they require one.
+    #[serde(default)]
+    pub sentinel_password: Option<String>,
 }
 
 /// Where subjects that live outside the node's store are kept.
@@ -32,33 +39,82 @@ pub enum RemoteStoreKind {
     Redis,
 }
 
+/// A section's Redis settings, as the Redis store takes them.
+#[derive(Debug, Clone, Copy)]
+pub struct RedisSettings<'a> {
+    /// The server (or, with sentinels, the primary's password and db).
+    pub url: &'a str,
+    /// The prefix of every key.
+    pub prefix: &'a str,
+    /// How long one call may take.
+    pub timeout: Duration,
+    /// The sentinels; empty: `url`'s server.
+    pub sentinels: &'a [String],
+    /// The primary's name at the sentinels.
+    pub master: &'a str,
+    /// The sentinels' password.
+    pub sentinel_password: Option<&'a str>,
+}
+
 impl RoutesConfig {
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         check_redis(
             self.store == RemoteStoreKind::Redis,
-            &self.redis_url,
-            &self.key_prefix,
-            self.redis_timeout,
+            &self.redis(),
             [
                 "routes.redis_url",
                 "routes.key_prefix",
                 "routes.redis_timeout",
+                "routes.sentinels",
             ],
         )
     }
+
+    /// The route store's Redis settings.
+    pub fn redis(&self) -> RedisSettings<'_> {
+        RedisSettings {
+            url: &self.redis_url,
+            prefix: &self.key_prefix,
+            timeout: self.redis_timeout,
+            sentinels: &self.sentinels,
+            master: &self.sentinel_master,
+            sentinel_password: self.sentinel_password.as_deref(),
+        }
+    }
 }
 
-/// Check a section's Redis settings (`keys`: their names, url, prefix, timeout); the URL
-/// only when the section uses Redis.
+/// Check a section's Redis settings (`keys`: their names, url, prefix, timeout, sentinels);
+/// the URL and the sentinels only when the section uses Redis.
 fn check_redis(
     redis: bool,
-    url: &str,
-    prefix: &str,
-    timeout: Duration,
-    keys: [&'static str; 3],
+    settings: &RedisSettings<'_>,
+    keys: [&'static str; 4],
 ) -> Result<(), ConfigError> {
+    let RedisSettings {
+        url,
+        prefix,
+        timeout,
+        sentinels,
+        master,
+        ..
+    } = *settings;
     if redis && redis::parse_redis_url(url).is_none() {
         return invalid(keys[0], "is not a redis:// or rediss:// URL");
+    }
+    if redis && !sentinels.is_empty() {
+        let not_address = |s: &String| {
+            s.rsplit_once(':')
+                .is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err())
+        };
+        if sentinels.iter().any(not_address) {
+            return invalid(keys[3], "must each be host:port");
+        }
+        if master.is_empty() {
+            return invalid(
+                keys[3],
+                "need sentinel_master, the name they know the primary by",
+            );
+        }
     }
     if prefix.len() > 64
         || prefix
@@ -89,6 +145,13 @@ pub struct SourcesConfig {
     /// How long one Redis call (or connection attempt) may take.
     #[serde(with = "humantime_serde")]
     pub redis_timeout: Duration,
+    /// Redis Sentinel: the sentinels (`host:port`) that name the primary; empty: `redis_url`.
+    pub sentinels: Vec<String>,
+    /// The name the sentinels monitor the primary under.
+    pub sentinel_master: String,
+    /// The sentinels' own password, if they require one.
+    #[serde(default)]
+    pub sentinel_password: Option<String>,
 }
 
 /// Where API-managed sources live.
@@ -105,14 +168,25 @@ impl SourcesConfig {
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         check_redis(
             self.store == SourceStoreKind::Redis,
-            &self.redis_url,
-            &self.key_prefix,
-            self.redis_timeout,
+            &self.redis(),
             [
                 "sources.redis_url",
                 "sources.key_prefix",
                 "sources.redis_timeout",
+                "sources.sentinels",
             ],
         )
+    }
+
+    /// The source store's Redis settings.
+    pub fn redis(&self) -> RedisSettings<'_> {
+        RedisSettings {
+            url: &self.redis_url,
+            prefix: &self.key_prefix,
+            timeout: self.redis_timeout,
+            sentinels: &self.sentinels,
+            master: &self.sentinel_master,
+            sentinel_password: self.sentinel_password.as_deref(),
+        }
     }
 }

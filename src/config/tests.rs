@@ -203,6 +203,41 @@ fn bad_api_keys_are_refused_by_name() {
 }
 
 #[test]
+fn sentinels_are_addresses_with_a_primary_name() {
+    let c = load_str("[routes]\nstore = \"redis\"\n").unwrap();
+    assert!(c.routes.sentinels.is_empty() && c.routes.sentinel_master.is_empty());
+    let c = load_str(
+        "[routes]\nstore = \"redis\"\nsentinels = [\"10.0.0.1:26379\", \"s2:26379\"]\n\
+         sentinel_master = \"ankusa\"\n[sources]\nstore = \"redis\"\n\
+         sentinels = [\"s1:26379\"]\nsentinel_master = \"m\"\nsentinel_password = \"pw\"\n",
+    )
+    .unwrap();
+    assert_eq!(c.routes.redis().sentinels.len(), 2);
+    assert_eq!(c.sources.redis().sentinel_password, Some("pw"));
+    for (toml, key) in [
+        (
+            "[routes]\nstore = \"redis\"\nsentinels = [\"s1\"]\nsentinel_master = \"m\"\n",
+            "routes.sentinels",
+        ),
+        (
+            "[routes]\nstore = \"redis\"\nsentinels = [\":26379\"]\nsentinel_master = \"m\"\n",
+            "routes.sentinels",
+        ),
+        (
+            "[routes]\nstore = \"redis\"\nsentinels = [\"s1:26379\"]\n",
+            "routes.sentinels",
+        ),
+        (
+            "[sources]\nstore = \"redis\"\nsentinels = [\"s1:x\"]\nsentinel_master = \"m\"\n",
+            "sources.sentinels",
+        ),
+    ] {
+        let err = load_str(toml).unwrap_err().to_string();
+        assert!(err.contains(key), "{toml}: {err}");
+    }
+}
+
+#[test]
 fn a_published_webhook_secret_is_refused_and_a_fresh_one_taken() {
     let sink = |secret: &str| {
         format!(

@@ -34,11 +34,7 @@ impl RemoteSources {
         match config.store {
             SourceStoreKind::Local => Ok(None),
             SourceStoreKind::Redis => {
-                let store = RedisStore::<Source>::new(
-                    &config.redis_url,
-                    &config.key_prefix,
-                    config.redis_timeout,
-                )?;
+                let store = RedisStore::<Source>::open(&config.redis())?;
                 Ok(Some(RemoteSources::new(Arc::new(store), trail.clone())))
             }
         }

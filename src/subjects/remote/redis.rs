@@ -36,14 +36,16 @@
 
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::RwLock;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::Script;
-use tokio::sync::OnceCell;
 
 use super::{Cas, Found, RemoteStore, RemoteSubject, Versioned};
 use crate::audit::{Stamp, State};
+use crate::config::RedisSettings;
 use crate::store::StoreError;
 
 /// Write a subject if it is at the expected version (-1: absent), at the next version.
@@ -98,14 +100,18 @@ return {1, n}
 
 /// Subjects of one kind in Redis.
 pub struct RedisStore<T> {
-    client: redis::Client,
+    server: Server,
     prefix: String,
     /// `<prefix><kind>:version`.
     counter_key: String,
     timeout: Duration,
-    /// Made on first use, with the store's name: one connection attempt at a time, not one
-    /// per caller; a failed attempt leaves it unmade for the next caller to try again.
-    conn: OnceCell<(ConnectionManager, String)>,
+    /// Made on first use, with the store's name; a std lock, held only to clone or replace
+    /// it. Behind sentinels it is dropped when the primary fails, to be made again on the
+    /// primary they name then.
+    conn: RwLock<Option<(ConnectionManager, String)>>,
+    /// One connection attempt at a time, not one per caller; a failed attempt leaves the
+    /// connection unmade for the next caller to try again.
+    connecting: tokio::sync::Mutex<()>,
     put: Script,
     delete: Script,
     /// The greatest version this process has issued or read: every write script takes it as
@@ -123,6 +129,14 @@ impl<T: RemoteSubject> std::fmt::Debug for RedisStore<T> {
             .field("prefix", &self.prefix)
             .finish()
     }
+}
+
+/// Where the store finds its server.
+enum Server {
+    /// One address (`redis_url`): the connection manager reconnects to it by itself.
+    Direct(redis::Client),
+    /// The primary the sentinels name, asked for again once a connection to it fails.
+    Sentinel(tokio::sync::Mutex<SentinelClient>),
 }
 
 fn unavailable(e: redis::RedisError) -> StoreError {
@@ -149,18 +163,55 @@ impl<T: RemoteSubject> RedisStore<T> {
     /// A store on the Redis at `url`, its keys under `prefix`, every call bounded by `timeout`.
     /// Does not connect: the first call does.
     pub fn new(url: &str, prefix: &str, timeout: Duration) -> Result<RedisStore<T>, StoreError> {
+        RedisStore::open(&RedisSettings {
+            url,
+            prefix,
+            timeout,
+            sentinels: &[],
+            master: "",
+            sentinel_password: None,
+        })
+    }
+
+    /// A store as `settings` say: on `url`'s server, or on the primary the sentinels name.
+    /// Does not connect: the first call does.
+    pub fn open(settings: &RedisSettings<'_>) -> Result<RedisStore<T>, StoreError> {
         let not_redis = |_| StoreError::Unavailable("the Redis URL is not a Redis URL".into());
-        let info = redis::IntoConnectionInfo::into_connection_info(url).map_err(not_redis)?;
+        let info =
+            redis::IntoConnectionInfo::into_connection_info(settings.url).map_err(not_redis)?;
         // Commands go out as they are written: without TCP_NODELAY, one sent while another
         // awaits its reply would wait for that reply's ACK.
         let tcp = redis::io::tcp::TcpSettings::default().set_nodelay(true);
-        let client = redis::Client::open(info.set_tcp_settings(tcp)).map_err(not_redis)?;
+        let server = if settings.sentinels.is_empty() {
+            Server::Direct(redis::Client::open(info.set_tcp_settings(tcp)).map_err(not_redis)?)
+        } else {
+            let node = SentinelNodeConnectionInfo::default()
+                .set_redis_connection_info(info.redis_settings().clone())
+                .set_tcp_settings(tcp);
+            let sentinels = settings
+                .sentinels
+                .iter()
+                .map(|addr| sentinel_url(addr, settings.sentinel_password))
+                .collect::<Result<Vec<_>, _>>()?;
+            let client = SentinelClient::build(
+                sentinels,
+                settings.master.to_owned(),
+                Some(node),
+                SentinelServerType::Master,
+            )
+            .map_err(|_| {
+                StoreError::Unavailable("redis: the sentinels are not addresses".into())
+            })?;
+            Server::Sentinel(tokio::sync::Mutex::new(client))
+        };
+        let prefix = settings.prefix;
         Ok(RedisStore {
-            client,
+            server,
             prefix: prefix.to_owned(),
             counter_key: [prefix, T::KIND, ":version"].concat(),
-            timeout,
-            conn: OnceCell::new(),
+            timeout: settings.timeout,
+            conn: RwLock::new(None),
+            connecting: tokio::sync::Mutex::new(()),
             put: Script::new(PUT),
             delete: Script::new(DELETE),
             floor: AtomicU64::new(0),
@@ -168,9 +219,57 @@ impl<T: RemoteSubject> RedisStore<T> {
         })
     }
 
+    /// The connection made, if it is.
+    fn made(&self) -> Option<(ConnectionManager, String)> {
+        self.conn.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     /// The connection, and the store's name as events carry it (`redis:<id>`).
     async fn conn(&self) -> Result<(ConnectionManager, String), StoreError> {
-        self.conn.get_or_try_init(|| self.connect()).await.cloned()
+        if let Some(made) = self.made() {
+            return Ok(made);
+        }
+        let _one = self.connecting.lock().await;
+        if let Some(made) = self.made() {
+            return Ok(made);
+        }
+        let made = self.connect().await?;
+        *self.conn.write().unwrap_or_else(|p| p.into_inner()) = Some(made.clone());
+        Ok(made)
+    }
+
+    /// `e` as the store's error. Behind sentinels, an error that says the primary is gone or
+    /// is a primary no more (a failover) drops the connection, so that the next call asks
+    /// the sentinels which server is the primary now.
+    fn failed(&self, e: redis::RedisError) -> StoreError {
+        use redis::{ErrorKind, ServerErrorKind};
+        let moved = e.is_connection_dropped()
+            || e.is_io_error()
+            || e.is_connection_refusal()
+            || e.is_timeout()
+            || matches!(
+                e.kind(),
+                ErrorKind::Server(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown)
+            );
+        if moved && matches!(self.server, Server::Sentinel(_)) {
+            *self.conn.write().unwrap_or_else(|p| p.into_inner()) = None;
+        }
+        unavailable(e)
+    }
+
+    /// The client of the server to connect to: `redis_url`'s, or the primary the sentinels
+    /// name now.
+    async fn server(&self) -> Result<redis::Client, StoreError> {
+        match &self.server {
+            Server::Direct(client) => Ok(client.clone()),
+            Server::Sentinel(sentinels) => {
+                let asked = async { sentinels.lock().await.async_get_client().await };
+                tokio::time::timeout(self.timeout * 2, asked)
+                    .await
+                    .map_err(|_| StoreError::Unavailable("redis: the sentinels timed out".into()))?
+                    .map_err(unavailable)
+            }
+        }
     }
 
     /// A new connection, and the store's name.
@@ -180,13 +279,14 @@ impl<T: RemoteSubject> RedisStore<T> {
             .set_response_timeout(Some(self.timeout))
             .set_number_of_retries(1)
             .set_max_delay(self.timeout);
+        let client = self.server().await?;
         let made = tokio::time::timeout(
             self.timeout * 2,
-            ConnectionManager::new_with_config(self.client.clone(), config),
+            ConnectionManager::new_with_config(client, config),
         )
         .await
         .map_err(|_| StoreError::Unavailable("redis: connecting timed out".into()))?
-        .map_err(unavailable)?;
+        .map_err(|e| self.failed(e))?;
         let name = format!("redis:{}", self.store_id(made.clone()).await?);
         Ok((made, name))
     }
@@ -204,7 +304,7 @@ impl<T: RemoteSubject> RedisStore<T> {
             .arg(&key)
             .query_async(&mut conn)
             .await
-            .map_err(unavailable)?;
+            .map_err(|e| self.failed(e))?;
         Ok(id)
     }
 
@@ -246,6 +346,17 @@ impl<T: RemoteSubject> RedisStore<T> {
     fn index_stem(&self) -> String {
         format!("{}{}s:{{", self.prefix, T::KIND)
     }
+}
+
+/// The URL of sentinel `addr` (`host:port`), with the sentinels' `password`.
+fn sentinel_url(addr: &str, password: Option<&str>) -> Result<String, StoreError> {
+    let bad = |_| StoreError::Unavailable("redis: a sentinel is not host:port".into());
+    let mut url = url::Url::parse(&format!("redis://{addr}")).map_err(bad)?;
+    if let Some(password) = password {
+        url.set_password(Some(password))
+            .map_err(|()| StoreError::Unavailable("redis: a sentinel is not host:port".into()))?;
+    }
+    Ok(url.into())
 }
 
 /// `s` with Redis's glob characters escaped, to match itself in a `SCAN MATCH` pattern.
@@ -347,7 +458,7 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
                 .arg(1000)
                 .query_async(&mut conn)
                 .await
-                .map_err(unavailable)?;
+                .map_err(|e| self.failed(e))?;
             for key in keys {
                 if let Some(tenant) = key.strip_prefix(&stem).and_then(|k| k.strip_suffix('}')) {
                     tenants.insert(tenant.to_owned());
@@ -367,7 +478,7 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
         let fields: Fields = read_fields(&key)
             .query_async(&mut conn)
             .await
-            .map_err(unavailable)?;
+            .map_err(|e| self.failed(e))?;
         if let Some(subject) = decode(&key, fields)? {
             return Ok(Found {
                 stamp: self.seen(&name, subject.version),
@@ -384,7 +495,7 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
             .cmd("TIME")
             .query_async(&mut conn)
             .await
-            .map_err(unavailable)?;
+            .map_err(|e| self.failed(e))?;
         let subject = decode(&key, fields)?;
         let version = match &subject {
             Some(s) => s.version,
@@ -403,7 +514,7 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
             .arg("rev")
             .query_async(&mut conn)
             .await
-            .map_err(unavailable)
+            .map_err(|e| self.failed(e))
     }
 
     async fn list(
@@ -431,7 +542,7 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
                 .arg(want)
                 .query_async(&mut conn)
                 .await
-                .map_err(unavailable)?;
+                .map_err(|e| self.failed(e))?;
             let Some(last) = ids.last().cloned() else {
                 break;
             };
@@ -439,7 +550,10 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
             for id in &ids {
                 pipe.add_command(read_fields(&self.key(tenant, id)));
             }
-            let found: Vec<Fields> = pipe.query_async(&mut conn).await.map_err(unavailable)?;
+            let found: Vec<Fields> = pipe
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| self.failed(e))?;
             for (id, fields) in ids.iter().zip(found) {
                 if let Some(subject) = decode(&self.key(tenant, id), fields)? {
                     self.floor.fetch_max(subject.version, Ordering::Relaxed);
@@ -463,7 +577,7 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
             .cmd("TIME")
             .query_async(&mut conn)
             .await
-            .map_err(unavailable)?;
+            .map_err(|e| self.failed(e))?;
         Ok(self.seen(&name, store_version(counter, time)))
     }
 
@@ -507,7 +621,7 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
             .arg(self.floor.load(Ordering::Relaxed))
             .invoke_async(&mut conn)
             .await
-            .map_err(unavailable)?;
+            .map_err(|e| self.failed(e))?;
         self.issued(cas(&key, &name, reply)?)
     }
 
@@ -531,7 +645,7 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
             .arg(self.floor.load(Ordering::Relaxed))
             .invoke_async(&mut conn)
             .await
-            .map_err(unavailable)?;
+            .map_err(|e| self.failed(e))?;
         self.issued(cas(&key, &name, reply)?)
     }
 
@@ -548,7 +662,7 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
             .arg(FENCE_SECS)
             .query_async::<()>(&mut conn)
             .await
-            .map_err(unavailable)
+            .map_err(|e| self.failed(e))
     }
 }
 

@@ -133,11 +133,7 @@ impl RemoteSubject for Route {
 pub fn open(config: &RoutesConfig) -> Result<Arc<RouteStore>, StoreError> {
     Ok(match config.store {
         RemoteStoreKind::Memory => Arc::new(MemoryStore::<Route>::default()),
-        RemoteStoreKind::Redis => Arc::new(RedisStore::<Route>::new(
-            &config.redis_url,
-            &config.key_prefix,
-            config.redis_timeout,
-        )?),
+        RemoteStoreKind::Redis => Arc::new(RedisStore::<Route>::open(&config.redis())?),
     })
 }
 

@@ -9,6 +9,7 @@
 pub(crate) mod api;
 mod config;
 mod fleet;
+mod sentinel;
 pub(crate) mod settle;
 pub(crate) mod sources_redis;
 mod stores;

@@ -13,16 +13,28 @@ pub struct RedisServer {
     pub port: u16,
     dir: tempfile::TempDir,
     child: Option<Child>,
+    /// The port of the server it replicates, if it is a replica.
+    replica_of: Option<u16>,
 }
 
 impl RedisServer {
     /// Start one on a free port and wait until it answers. A port that another test's server
     /// took meanwhile is detected (that server keeps its data elsewhere) and another is tried.
     pub fn start() -> RedisServer {
+        RedisServer::launched(None)
+    }
+
+    /// Start a replica of the server on port `primary`, as [`start`](RedisServer::start).
+    pub fn start_replica_of(primary: u16) -> RedisServer {
+        RedisServer::launched(Some(primary))
+    }
+
+    fn launched(replica_of: Option<u16>) -> RedisServer {
         let mut server = RedisServer {
             port: 0,
             dir: tempfile::tempdir().expect("tempdir"),
             child: None,
+            replica_of,
         };
         for _ in 0..5 {
             server.port = ankusa_sinks::test_support::free_port();
@@ -58,7 +70,11 @@ impl RedisServer {
     /// Spawn redis-server on `self.port` and wait until it answers as this test's server.
     fn launch(&mut self) -> bool {
         self.stop();
-        let child = Command::new("redis-server")
+        let mut command = Command::new("redis-server");
+        if let Some(primary) = self.replica_of {
+            command.args(["--replicaof", "127.0.0.1", &primary.to_string()]);
+        }
+        let child = command
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .arg("--dir")
@@ -107,5 +123,61 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// A Redis Sentinel (`redis-server --sentinel`) the test owns, watching one primary; killed
+/// when dropped.
+pub struct SentinelServer {
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    _dir: tempfile::TempDir,
+    child: Child,
+}
+
+impl SentinelServer {
+    /// A sentinel that watches the primary on port `primary` as `master`, calls it down after
+    /// `down_after_ms` without an answer, and promotes its replica then (a quorum of one).
+    pub fn start(master: &str, primary: u16, down_after_ms: u64) -> SentinelServer {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = ankusa_sinks::test_support::free_port();
+        // Sentinel rewrites its configuration file: it must be one of its own.
+        let conf = dir.path().join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {dir}\n\
+                 sentinel monitor {master} 127.0.0.1 {primary} 1\n\
+                 sentinel down-after-milliseconds {master} {down_after_ms}\n\
+                 sentinel failover-timeout {master} 10000\n\
+                 sentinel parallel-syncs {master} 1\n",
+                dir = dir.path().display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new("redis-server")
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (scripts/deps installs it)");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "the sentinel did not come up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        SentinelServer {
+            port,
+            _dir: dir,
+            child,
+        }
+    }
+}
+
+impl Drop for SentinelServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

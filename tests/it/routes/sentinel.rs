@@ -1,0 +1,108 @@
+//! The Redis store behind Sentinel: real processes (a primary, its replica, a sentinel), the
+//! primary killed with -9, and the store following the primary the sentinel promotes.
+
+use std::time::{Duration, Instant};
+
+use ankusa::config::RedisSettings;
+use ankusa::subjects::remote::redis::RedisStore;
+use ankusa::subjects::remote::{Cas, RemoteStore};
+use ankusa::subjects::routes::Route;
+
+use crate::support::eventually;
+use crate::support::redis::{RedisServer, SentinelServer};
+
+/// Route `r1` of `t1` to `destination` at `revision`.
+fn route(destination: &str, revision: u64) -> Route {
+    Route {
+        id: "r1".into(),
+        tenant: "t1".into(),
+        source: "s1".into(),
+        destination: destination.into(),
+        filter: Default::default(),
+        enabled: true,
+        revision,
+    }
+}
+
+/// A command's reply from the server on `port` (a fresh connection).
+async fn ask<T: redis::FromRedisValue>(port: u16, cmd: &redis::Cmd) -> redis::RedisResult<T> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    cmd.query_async(&mut conn).await
+}
+
+/// The role (`master`, `slave`) of the server on `port`.
+async fn role(port: u16) -> Option<String> {
+    let reply: redis::RedisResult<Vec<redis::Value>> = ask(port, &redis::cmd("ROLE")).await;
+    match reply.ok()?.first()? {
+        redis::Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        redis::Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_follows_the_primary_through_a_failover() {
+    let mut primary = RedisServer::start();
+    let replica = RedisServer::start_replica_of(primary.port);
+    let linked = async || {
+        let info: redis::RedisResult<String> =
+            ask(replica.port, redis::cmd("INFO").arg("replication")).await;
+        info.is_ok_and(|i| i.contains("master_link_status:up"))
+    };
+    eventually("the replica in sync", Duration::from_secs(20), linked).await;
+    let sentinel = SentinelServer::start("ankusa", primary.port, 1000);
+    let sentinels = [format!("127.0.0.1:{}", sentinel.port)];
+    let store = RedisStore::<Route>::open(&RedisSettings {
+        // The primary's password and db only: the sentinel names the server.
+        url: "redis://127.0.0.1:1/0",
+        prefix: "ankusa:",
+        timeout: Duration::from_millis(500),
+        sentinels: &sentinels,
+        master: "ankusa",
+        sentinel_password: None,
+    })
+    .unwrap();
+    let Cas::Written(created) = store
+        .put(route("https://a.test/", 1), None, None)
+        .await
+        .unwrap()
+    else {
+        panic!("created on the primary");
+    };
+    // Acknowledged by the replica before the primary dies, so the failover keeps it.
+    let acked: i64 = ask(primary.port, redis::cmd("WAIT").arg(1).arg(5000))
+        .await
+        .unwrap();
+    assert_eq!(acked, 1);
+
+    primary.stop(); // SIGKILL
+    let killed = Instant::now();
+    // Changes are refused while no primary answers, and taken again once the sentinel has
+    // promoted the replica: the store asks it again, with no restart.
+    let updated = eventually(
+        "a change taken again",
+        Duration::from_secs(30),
+        async || {
+            let current = store.get("t1", "r1").await.ok()?;
+            let version = current.subject?.version;
+            match store
+                .put(route("https://b.test/", 2), None, Some(version))
+                .await
+            {
+                Ok(Cas::Written(stamp)) => Some(stamp),
+                _ => None,
+            }
+        },
+    )
+    .await;
+    let took = killed.elapsed();
+    assert_eq!(role(replica.port).await.as_deref(), Some("master"));
+    assert!(updated.version > created.version);
+    assert_eq!(updated.store, created.store, "the same store, by its id");
+    let found = store.get("t1", "r1").await.unwrap().into_subject().unwrap();
+    assert_eq!(found.destination, "https://b.test/");
+    // Sentinel's own delay (down-after 1 s, then the election) is most of it.
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    eprintln!("failover: the first change taken {took:?} after the kill");
+}
