@@ -167,3 +167,38 @@ async fn connect_reaches_each_sink_and_store() {
         "{said}"
     );
 }
+
+/// `check --connect` reaches a store behind Sentinel through its sentinels, and names a
+/// primary name the sentinels do not know.
+#[tokio::test]
+async fn connect_reaches_a_store_behind_sentinel() {
+    let primary = RedisServer::start();
+    let sentinel = crate::support::redis::SentinelServer::start("ankusa", primary.port, 1000);
+    let dir = tempfile::tempdir().unwrap();
+    let toml = |master: &str| {
+        format!(
+            "[routes]\nstore = \"redis\"\nsentinels = [\"127.0.0.1:{}\"]\nsentinel_master = \"{master}\"\n",
+            sentinel.port
+        )
+    };
+    let out = config(
+        &["check", "--connect"],
+        Some(&write(dir.path(), &toml("ankusa"))),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("ok      route store (redis)\n"),
+        "{}",
+        text(&out)
+    );
+    let out = config(
+        &["check", "--connect"],
+        Some(&write(dir.path(), &toml("other"))),
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("failed  route store (redis): "),
+        "{}",
+        text(&out)
+    );
+}
