@@ -306,7 +306,8 @@ fn names_rule_out_dot_and_double_dot() {
 }
 
 /// A rule across fields (and with the clock) that JSON Schema cannot say is said in words;
-/// `scripts/fuzz-api` leaves it out of "schema-valid must be accepted".
+/// `scripts/fuzz-api` (its hooks, `scripts/ankusa_fuzz_hooks.py`) leaves it out of "schema-valid
+/// must be accepted".
 #[test]
 fn replay_range_rules_are_documented_in_words() {
     let doc = doc();
@@ -322,8 +323,8 @@ fn replay_range_rules_are_documented_in_words() {
         .as_str()
         .unwrap()
         .contains("`to` must be after `from`"));
-    let script = include_str!("../../../scripts/fuzz-api");
-    assert!(script.contains("createReplayJob: `to` after `from`"));
+    let hooks = include_str!("../../../scripts/ankusa_fuzz_hooks.py");
+    assert!(hooks.contains("createReplayJob: `to` after `from`"));
 }
 
 #[tokio::test]

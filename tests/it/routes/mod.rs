@@ -90,6 +90,19 @@ pub fn entity(store: &Store, seq: u64) -> Option<Value> {
         .map(|v| serde_json::from_slice(&v).expect("entity JSON"))
 }
 
+/// Route `r1` of tenant `t1` to `destination` at `revision`, as a store takes it.
+pub fn r1(destination: &str, revision: u64) -> Route {
+    Route {
+        id: "r1".into(),
+        tenant: "t1".into(),
+        source: "s1".into(),
+        destination: destination.into(),
+        filter: Default::default(),
+        enabled: true,
+        revision,
+    }
+}
+
 /// A new route `id` of tenant `t1` to `destination`.
 pub fn new_route(id: &str, destination: &str) -> NewRoute {
     NewRoute {

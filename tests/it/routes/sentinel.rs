@@ -8,21 +8,9 @@ use ankusa::subjects::remote::redis::RedisStore;
 use ankusa::subjects::remote::{Cas, RemoteStore};
 use ankusa::subjects::routes::Route;
 
+use crate::routes::r1;
 use crate::support::eventually;
 use crate::support::redis::{RedisServer, SentinelServer};
-
-/// Route `r1` of `t1` to `destination` at `revision`.
-fn route(destination: &str, revision: u64) -> Route {
-    Route {
-        id: "r1".into(),
-        tenant: "t1".into(),
-        source: "s1".into(),
-        destination: destination.into(),
-        filter: Default::default(),
-        enabled: true,
-        revision,
-    }
-}
 
 /// A command's reply from the server on `port` (a fresh connection).
 async fn ask<T: redis::FromRedisValue>(port: u16, cmd: &redis::Cmd) -> redis::RedisResult<T> {
@@ -64,7 +52,7 @@ async fn the_store_follows_the_primary_through_a_failover() {
     })
     .unwrap();
     let Cas::Written(created) = store
-        .put(route("https://a.test/", 1), None, None)
+        .put(r1("https://a.test/", 1), None, None)
         .await
         .unwrap()
     else {
@@ -87,7 +75,7 @@ async fn the_store_follows_the_primary_through_a_failover() {
             let current = store.get("t1", "r1").await.ok()?;
             let version = current.subject?.version;
             match store
-                .put(route("https://b.test/", 2), None, Some(version))
+                .put(r1("https://b.test/", 2), None, Some(version))
                 .await
             {
                 Ok(Cas::Written(stamp)) => Some(stamp),

@@ -239,15 +239,7 @@ async fn a_redis_route_from_before_versions_reads_at_version_0_and_takes_the_nex
 #[tokio::test]
 async fn a_memory_store_started_again_issues_greater_versions() {
     let first: MemoryStore<Route> = MemoryStore::default();
-    let route = |revision| Route {
-        id: "r1".into(),
-        tenant: "t1".into(),
-        source: "s1".into(),
-        destination: "https://example.test/a".into(),
-        filter: Default::default(),
-        enabled: true,
-        revision,
-    };
+    let route = |revision| crate::routes::r1("https://example.test/a", revision);
     let mut last = 0;
     for _ in 0..100 {
         let Cas::Written(stamp) = first.put(route(1), None, None).await.unwrap() else {
@@ -346,15 +338,7 @@ async fn a_redis_that_lost_its_data_issues_no_version_again() {
     let store = redis_store(&redis.url());
     let client = redis::Client::open(redis.url()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let route = |destination: &str, revision| Route {
-        id: "r1".into(),
-        tenant: "t1".into(),
-        source: "s1".into(),
-        destination: destination.into(),
-        filter: Default::default(),
-        enabled: true,
-        revision,
-    };
+    let route = crate::routes::r1;
     let mut issued = Vec::new();
     for round in 0..3 {
         let Cas::Written(created) = store
