@@ -27,6 +27,11 @@ pub struct RoutesConfig {
     /// The sentinels' own password, if they require one.
     #[serde(default)]
     pub sentinel_password: Option<String>,
+    /// Replicas that must hold a change before it is acknowledged (Redis `WAIT`); 0: none.
+    pub min_replicas: u32,
+    /// How long a change waits for them.
+    #[serde(with = "humantime_serde")]
+    pub min_replicas_timeout: Duration,
 }
 
 /// Where subjects that live outside the node's store are kept.
@@ -54,6 +59,10 @@ pub struct RedisSettings<'a> {
     pub master: &'a str,
     /// The sentinels' password.
     pub sentinel_password: Option<&'a str>,
+    /// Replicas that must hold a change before it is acknowledged; 0: none.
+    pub min_replicas: u32,
+    /// How long a change waits for them.
+    pub min_replicas_timeout: Duration,
 }
 
 impl RoutesConfig {
@@ -66,6 +75,7 @@ impl RoutesConfig {
                 "routes.key_prefix",
                 "routes.redis_timeout",
                 "routes.sentinels",
+                "routes.min_replicas_timeout",
             ],
         )
     }
@@ -79,16 +89,18 @@ impl RoutesConfig {
             sentinels: &self.sentinels,
             master: &self.sentinel_master,
             sentinel_password: self.sentinel_password.as_deref(),
+            min_replicas: self.min_replicas,
+            min_replicas_timeout: self.min_replicas_timeout,
         }
     }
 }
 
-/// Check a section's Redis settings (`keys`: their names, url, prefix, timeout, sentinels);
-/// the URL and the sentinels only when the section uses Redis.
+/// Check a section's Redis settings (`keys`: their names, url, prefix, timeout, sentinels,
+/// replica timeout); the URL and the sentinels only when the section uses Redis.
 fn check_redis(
     redis: bool,
     settings: &RedisSettings<'_>,
-    keys: [&'static str; 4],
+    keys: [&'static str; 5],
 ) -> Result<(), ConfigError> {
     let RedisSettings {
         url,
@@ -115,6 +127,9 @@ fn check_redis(
                 "need sentinel_master, the name they know the primary by",
             );
         }
+    }
+    if settings.min_replicas > 0 && settings.min_replicas_timeout >= timeout {
+        return invalid(keys[4], "must be less than redis_timeout");
     }
     if prefix.len() > 64
         || prefix
@@ -152,6 +167,11 @@ pub struct SourcesConfig {
     /// The sentinels' own password, if they require one.
     #[serde(default)]
     pub sentinel_password: Option<String>,
+    /// Replicas that must hold a change before it is acknowledged (Redis `WAIT`); 0: none.
+    pub min_replicas: u32,
+    /// How long a change waits for them.
+    #[serde(with = "humantime_serde")]
+    pub min_replicas_timeout: Duration,
 }
 
 /// Where API-managed sources live.
@@ -174,6 +194,7 @@ impl SourcesConfig {
                 "sources.key_prefix",
                 "sources.redis_timeout",
                 "sources.sentinels",
+                "sources.min_replicas_timeout",
             ],
         )
     }
@@ -187,6 +208,8 @@ impl SourcesConfig {
             sentinels: &self.sentinels,
             master: &self.sentinel_master,
             sentinel_password: self.sentinel_password.as_deref(),
+            min_replicas: self.min_replicas,
+            min_replicas_timeout: self.min_replicas_timeout,
         }
     }
 }

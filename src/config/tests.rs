@@ -231,6 +231,10 @@ fn sentinels_are_addresses_with_a_primary_name() {
             "[sources]\nstore = \"redis\"\nsentinels = [\"s1:x\"]\nsentinel_master = \"m\"\n",
             "sources.sentinels",
         ),
+        (
+            "[routes]\nstore = \"redis\"\nmin_replicas = 1\nmin_replicas_timeout = \"2s\"\n",
+            "routes.min_replicas_timeout",
+        ),
     ] {
         let err = load_str(toml).unwrap_err().to_string();
         assert!(err.contains(key), "{toml}: {err}");

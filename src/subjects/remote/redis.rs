@@ -105,6 +105,9 @@ pub struct RedisStore<T> {
     /// `<prefix><kind>:version`.
     counter_key: String,
     timeout: Duration,
+    /// Replicas that must hold a write before it is acknowledged (0: none), and how long
+    /// a write waits for them.
+    replicas: (u32, Duration),
     /// Made on first use, with the store's name; a std lock, held only to clone or replace
     /// it. Behind sentinels it is dropped when the primary fails, to be made again on the
     /// primary they name then.
@@ -170,6 +173,8 @@ impl<T: RemoteSubject> RedisStore<T> {
             sentinels: &[],
             master: "",
             sentinel_password: None,
+            min_replicas: 0,
+            min_replicas_timeout: Duration::ZERO,
         })
     }
 
@@ -210,6 +215,7 @@ impl<T: RemoteSubject> RedisStore<T> {
             prefix: prefix.to_owned(),
             counter_key: [prefix, T::KIND, ":version"].concat(),
             timeout: settings.timeout,
+            replicas: (settings.min_replicas, settings.min_replicas_timeout),
             conn: RwLock::new(None),
             connecting: tokio::sync::Mutex::new(()),
             put: Script::new(PUT),
@@ -318,10 +324,28 @@ impl<T: RemoteSubject> RedisStore<T> {
         &self.counter_key
     }
 
-    /// `written`, raising the floor to the version it issued.
-    fn issued(&self, written: Cas) -> Result<Cas, StoreError> {
-        if let Cas::Written(stamp) = &written {
-            self.floor.fetch_max(stamp.version, Ordering::Relaxed);
+    /// `written` on `conn`, raising the floor to the version it issued, once the replicas
+    /// asked for hold it. A write they do not hold in time is an error, as a write that did
+    /// not answer: its settlement reads it back.
+    async fn issued(&self, conn: &mut ConnectionManager, written: Cas) -> Result<Cas, StoreError> {
+        let Cas::Written(stamp) = &written else {
+            return Ok(written);
+        };
+        self.floor.fetch_max(stamp.version, Ordering::Relaxed);
+        let (replicas, wait) = self.replicas;
+        if replicas > 0 {
+            // WAIT counts the writes of this connection: the change's, and any before it.
+            let held: u32 = redis::cmd("WAIT")
+                .arg(replicas)
+                .arg(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1))
+                .query_async(conn)
+                .await
+                .map_err(|e| self.failed(e))?;
+            if held < replicas {
+                return Err(StoreError::Unavailable(format!(
+                    "redis: the write reached {held} of {replicas} replicas in time"
+                )));
+            }
         }
         Ok(written)
     }
@@ -622,7 +646,7 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.failed(e))?;
-        self.issued(cas(&key, &name, reply)?)
+        self.issued(&mut conn, cas(&key, &name, reply)?).await
     }
 
     async fn delete_fenced(
@@ -646,7 +670,7 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.failed(e))?;
-        self.issued(cas(&key, &name, reply)?)
+        self.issued(&mut conn, cas(&key, &name, reply)?).await
     }
 
     async fn fence(&self, token: &str) -> Result<(), StoreError> {

@@ -49,6 +49,8 @@ async fn the_store_follows_the_primary_through_a_failover() {
         sentinels: &sentinels,
         master: "ankusa",
         sentinel_password: None,
+        min_replicas: 0,
+        min_replicas_timeout: Duration::ZERO,
     })
     .unwrap();
     let Cas::Written(created) = store
@@ -93,4 +95,87 @@ async fn the_store_follows_the_primary_through_a_failover() {
     // Sentinel's own delay (down-after 1 s, then the election) is most of it.
     assert!(took < Duration::from_secs(20), "{took:?}");
     eprintln!("failover: the first change taken {took:?} after the kill");
+}
+
+/// With `min_replicas = 1` a change is acknowledged once the replica holds it; with the
+/// replica hung, a change is answered 503 and its row settled by reading it back (it is on
+/// the primary: `ok`, published), so the trail and replicas stay right after a failover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_replicas_acknowledges_only_what_a_replica_holds() {
+    use crate::routes::{new_route, route_rows, settling, wait_settled};
+    use crate::support::trail::{ctx, open_trail};
+    use ankusa::audit::RowResult;
+    use ankusa::subjects::routes::RoutePatch;
+
+    let primary = RedisServer::start();
+    let replica = RedisServer::start_replica_of(primary.port);
+    let linked = async || {
+        let info: redis::RedisResult<String> =
+            ask(replica.port, redis::cmd("INFO").arg("replication")).await;
+        info.is_ok_and(|i| i.contains("master_link_status:up"))
+    };
+    eventually("the replica in sync", Duration::from_secs(20), linked).await;
+    let url = primary.url();
+    let store = RedisStore::<Route>::open(&RedisSettings {
+        url: &url,
+        prefix: "ankusa:",
+        timeout: Duration::from_secs(2),
+        sentinels: &[],
+        master: "",
+        sentinel_password: None,
+        min_replicas: 1,
+        min_replicas_timeout: Duration::from_millis(300),
+    })
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let trail = open_trail(dir.path(), true);
+    let settling = settling(
+        &trail,
+        std::sync::Arc::new(store),
+        Duration::from_millis(100),
+        Duration::from_secs(10),
+    );
+    let routes = settling.routes.clone();
+    let create = new_route("r1", "https://a.test/");
+    routes
+        .create(ctx("alice"), "t1".into(), create)
+        .await
+        .unwrap();
+    let on_replica: redis::RedisResult<Option<String>> = ask(
+        replica.port,
+        redis::cmd("HGET").arg("ankusa:route:{t1}:r1").arg("rev"),
+    )
+    .await;
+    assert_eq!(
+        on_replica.unwrap().as_deref(),
+        Some("1"),
+        "held before the answer"
+    );
+
+    // The replica hangs: the next change is not acknowledged.
+    replica.signal("STOP");
+    let patch = RoutePatch {
+        destination: Some("https://b.test/".into()),
+        ..RoutePatch::default()
+    };
+    let started = Instant::now();
+    let update = routes.update(ctx("alice"), "t1".into(), "r1".into(), patch, None);
+    assert!(update.await.is_err(), "503: no replica holds it");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    wait_settled(trail.store(), Duration::from_secs(15)).await;
+    let rows = route_rows(trail.store(), "r1");
+    assert_eq!(rows.len(), 2);
+    assert_eq!(
+        rows[1].result,
+        RowResult::Ok,
+        "on the primary: read back, recorded"
+    );
+    assert!(rows[1].publish, "and published");
+    replica.signal("CONT");
+    settling.stop().await;
+    trail.shutdown().await;
 }

@@ -58,6 +58,16 @@ impl RedisServer {
         }
     }
 
+    /// Send it `signal` (`STOP` to hang it, `CONT` to let it go on).
+    pub fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("running").id();
+        let sent = Command::new("kill")
+            .args([&format!("-{signal}"), &pid.to_string()])
+            .status()
+            .expect("kill");
+        assert!(sent.success());
+    }
+
     /// Start it again on the same port and data, and wait until it answers.
     pub fn restart(&mut self) {
         assert!(
