@@ -16,6 +16,7 @@ use crate::config::Config;
 use crate::config::RemoteStoreKind;
 use crate::lifecycle;
 use crate::store::Store;
+use crate::subjects::remote::loss;
 use crate::subjects::remote::refresh::{self, RefreshOptions, Refreshable};
 use crate::subjects::remote::RemoteSubject;
 use crate::subjects::routes;
@@ -159,6 +160,16 @@ async fn serve_on(
         let routes = Some(vec![routes::Route::KIND.to_owned()]);
         snapshots.take_until_done(Reason::MemoryStore, routes, config.settlement.interval);
     }
+    // A shared store that lost data: its row, /readyz, a snapshot of the kind.
+    let (losses, watching) = watch_losses(
+        trail,
+        &routes,
+        sources.as_ref(),
+        &snapshots,
+        flagging,
+        config,
+        stop,
+    );
     let ready = Arc::new(AtomicBool::new(false));
     let work = TaskTracker::new();
     let state = AppState::new(Shared {
@@ -171,6 +182,7 @@ async fn serve_on(
         routes,
         sources,
         snapshots: snapshots.clone(),
+        losses,
         work: work.clone(),
         backing_up: Arc::new(tokio::sync::Semaphore::new(1)),
     });
@@ -202,11 +214,43 @@ async fn serve_on(
     if let Some(refreshing) = refreshing {
         let _ = refreshing.await;
     }
+    let _ = watching.await;
     snapshots.join().await;
     if writer_died {
         anyhow::bail!("the audit writer stopped while the node served (see the log above); every change since was refused");
     }
     Ok(())
+}
+
+/// Watch the shared stores (routes, and sources in Redis) for a loss of data.
+fn watch_losses(
+    trail: &Trail,
+    routes: &routes::Routes,
+    sources: Option<&RemoteSources>,
+    snapshots: &Snapshots,
+    flagging: bool,
+    config: &Config,
+    stop: &CancellationToken,
+) -> (loss::Losses, tokio::task::JoinHandle<()>) {
+    let route_store = routes.store().clone();
+    let mut stores: Vec<(&'static str, loss::LossSource)> = vec![(
+        routes::Route::KIND,
+        Box::new(move || route_store.take_loss()),
+    )];
+    if let Some(sources) = sources {
+        let source_store = sources.remote().store().clone();
+        stores.push((
+            crate::subjects::sources::Source::KIND,
+            Box::new(move || source_store.take_loss()),
+        ));
+    }
+    loss::watch(
+        trail.clone(),
+        stores,
+        flagging.then(|| snapshots.clone()),
+        config.settlement.interval,
+        stop.clone(),
+    )
 }
 
 /// What a snapshot covers: routes, and the sources wherever they live.

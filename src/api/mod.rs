@@ -84,6 +84,8 @@ pub struct Shared {
     pub sources: Option<crate::subjects::sources_remote::RemoteSources>,
     /// Snapshots of the routes and sources.
     pub snapshots: crate::subjects::snapshot::Snapshots,
+    /// The kinds whose shared store lost data and is not yet snapshotted again (`/readyz`).
+    pub losses: crate::subjects::remote::loss::Losses,
     /// Work a request started that must end with its row even if its client goes away
     /// ([`AppState::finish`]); the node waits for it before it stops the writer.
     pub work: tokio_util::task::TaskTracker,
@@ -182,6 +184,14 @@ async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
             Json(json!({"status": "writer_stopped"})),
+        );
+    }
+    let lost = state.losses.pending();
+    if !lost.is_empty() {
+        // Until the snapshot that tells consumers the present has finished.
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "store_lost", "kinds": lost})),
         );
     }
     if state.ready.load(Ordering::Acquire) {

@@ -153,7 +153,7 @@ fn register<M: Collector + Clone + 'static>(metric: prometheus::Result<M>) -> M 
 mod tests {
     /// Every metric the node exports with its labels, as dashboards and alerts know them
     /// (histograms also have `le`). A name here changes only with the operators' runbook.
-    const METRICS: [&str; 38] = [
+    const METRICS: [&str; 39] = [
         "ankusa_api_connections_closed_total{reason}",
         "ankusa_audit_ceiling{ceiling}",
         "ankusa_audit_checkpoint_size",
@@ -192,6 +192,7 @@ mod tests {
         "ankusa_remote_refresh_failures_total{kind}",
         "ankusa_remote_refresh_held_changes_total{kind}",
         "ankusa_remote_refresh_rows_total{kind}",
+        "ankusa_remote_store_losses_total{kind}",
     ];
 
     /// A metric family as `name{label,...}`, its labels as exported (sorted).

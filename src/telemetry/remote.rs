@@ -19,6 +19,7 @@ struct Metrics {
     refresh_rows: IntCounterVec,
     refresh_failures: IntCounterVec,
     refresh_held_changes: IntCounterVec,
+    store_losses: IntCounterVec,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
@@ -42,7 +43,19 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
         "Changes refused (503) because they waited too long for a refresh after a restore",
         &["kind"],
     ),
+    store_losses: counter_vec(
+        "remote_store_losses_total",
+        "Times a shared store was found to have lost data (its counter below what was seen)",
+        &["kind"],
+    ),
 });
+
+/// A shared store of `kind` named `store` was found with its counter at `counter`, below the
+/// `seen` value this process saw in it: it lost data.
+pub(crate) fn store_lost(kind: &str, store: &str, counter: u64, seen: u64) {
+    METRICS.store_losses.with_label_values(&[kind]).inc();
+    tracing::error!(target: "ankusa::audit", kind, store, counter, seen, "shared store lost data: its version counter went back; recording it and taking a snapshot of the kind");
+}
 
 /// A restored store's remote subjects are to be refreshed; changes of `kinds` are held.
 pub(crate) fn refresh_started(restored_from: u64, kinds: &[&str]) {
@@ -88,6 +101,7 @@ pub(super) fn touch_every_metric() {
     refresh_kind_done("route", 1, 1);
     refresh_failed("route", &"unreachable", Duration::from_millis(1));
     change_held("route", "routes/r1");
+    store_lost("route", "redis:x", 1, 2);
 }
 
 /// A snapshot of `kinds` began (its start marker is next).

@@ -11,6 +11,7 @@
 //! reads the subject back and decides; 503 to the caller).
 
 mod gate;
+pub mod loss;
 pub mod memory;
 mod order;
 pub mod redis;
@@ -209,6 +210,23 @@ pub trait RemoteStore<T: RemoteSubject>: Send + Sync + std::fmt::Debug {
         let _ = token;
         Ok(())
     }
+
+    /// A loss of data the store found since the last call (its counter below what this
+    /// process saw in it), once.
+    fn take_loss(&self) -> Option<StoreLoss> {
+        None
+    }
+}
+
+/// What a store that lost data was found with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreLoss {
+    /// The store's name (`redis:<id>`).
+    pub store: String,
+    /// Its version counter, as found.
+    pub counter: u64,
+    /// The greatest counter value seen in it before.
+    pub seen: u64,
 }
 
 /// Subjects of one kind in a remote store, their changes recorded in a trail.

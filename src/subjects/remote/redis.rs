@@ -43,59 +43,63 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::Script;
 
-use super::{Cas, Found, RemoteStore, RemoteSubject, Versioned};
+use super::{Cas, Found, RemoteStore, RemoteSubject, StoreLoss, Versioned};
 use crate::audit::{Stamp, State};
 use crate::config::RedisSettings;
 use crate::store::StoreError;
+use crate::telemetry;
 
 /// Write a subject if it is at the expected version (-1: absent), at the next version.
-/// Replies `{1, version}`, or `{0, revision}` on a conflict, or `{2, 0}` when its change was
+/// Replies `{1, version, counter}` (the counter as `INCR` found it, before the floors), or
+/// `{0, revision, 0}` on a conflict, or `{2, 0, 0}` when its change was
 /// fenced (`KEYS[4]` exists: settlement read the subject back without it). A hash written
 /// before versions existed has none: it is at version 0, and the counter is kept above every
 /// stored version. A subject exists while its hash has a `rev` (every write sets one), as
 /// `decode` reads it.
 const PUT: &str = r#"
-if redis.call('EXISTS', KEYS[4]) == 1 then return {2, 0} end
+if redis.call('EXISTS', KEYS[4]) == 1 then return {2, 0, 0} end
 local f = redis.call('HMGET', KEYS[1], 'rev', 'ver')
 local exists = f[1] ~= false
 local rev = tonumber(f[1] or '0')
 local ver = tonumber(f[2] or '0')
 local want = tonumber(ARGV[1])
 if (want < 0 and exists) or (want >= 0 and (not exists or ver ~= want)) then
-  return {0, rev}
+  return {0, rev, 0}
 end
 local t = redis.call('TIME')
 local least = math.max(ver + 1, tonumber(ARGV[4]) + 1, t[1] * 1000000 + t[2])
-local n = redis.call('INCR', KEYS[3])
+local counted = redis.call('INCR', KEYS[3])
+local n = counted
 if n < least then
   n = least
   redis.call('SET', KEYS[3], string.format('%d', n))
 end
 redis.call('HSET', KEYS[1], 'rev', rev + 1, 'ver', n, 'json', ARGV[3])
 redis.call('ZADD', KEYS[2], 0, ARGV[2])
-return {1, n}
+return {1, n, counted}
 "#;
 
 /// Delete a subject if it is at the expected version, taking the next version; `{2, 0}` when
 /// its change was fenced, as for `PUT`.
 const DELETE: &str = r#"
-if redis.call('EXISTS', KEYS[4]) == 1 then return {2, 0} end
+if redis.call('EXISTS', KEYS[4]) == 1 then return {2, 0, 0} end
 local f = redis.call('HMGET', KEYS[1], 'rev', 'ver')
-if f[1] == false then return {0, 0} end
+if f[1] == false then return {0, 0, 0} end
 local ver = tonumber(f[2] or '0')
 if ver ~= tonumber(ARGV[1]) then
-  return {0, tonumber(f[1])}
+  return {0, tonumber(f[1]), 0}
 end
 local t = redis.call('TIME')
 local least = math.max(ver + 1, tonumber(ARGV[3]) + 1, t[1] * 1000000 + t[2])
-local n = redis.call('INCR', KEYS[3])
+local counted = redis.call('INCR', KEYS[3])
+local n = counted
 if n < least then
   n = least
   redis.call('SET', KEYS[3], string.format('%d', n))
 end
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[2])
-return {1, n}
+return {1, n, counted}
 "#;
 
 /// Subjects of one kind in Redis.
@@ -121,6 +125,12 @@ pub struct RedisStore<T> {
     /// a floor, so a Redis that lost its counter (a failover, a restart without persistence,
     /// an old backup) never issues a version this node has seen again.
     floor: AtomicU64,
+    /// The greatest counter value this process has seen in Redis (versions it issued, the
+    /// counter read): a counter found below it means Redis lost data.
+    counted: AtomicU64,
+    /// A loss found and not yet taken by [`RemoteStore::take_loss`]; a std mutex, held to
+    /// set or take it.
+    lost: std::sync::Mutex<Option<StoreLoss>>,
     kind: PhantomData<fn() -> T>,
 }
 
@@ -221,6 +231,8 @@ impl<T: RemoteSubject> RedisStore<T> {
             put: Script::new(PUT),
             delete: Script::new(DELETE),
             floor: AtomicU64::new(0),
+            counted: AtomicU64::new(0),
+            lost: std::sync::Mutex::new(None),
             kind: PhantomData,
         })
     }
@@ -350,6 +362,40 @@ impl<T: RemoteSubject> RedisStore<T> {
         Ok(written)
     }
 
+    /// Note what a write script's `reply` says of the counter: the value `INCR` found, which
+    /// is above `seen` (the counter this process had seen when it sent the script) unless
+    /// Redis lost data.
+    fn script_answered(&self, name: &str, (written, version, counter): (i64, i64, i64), seen: u64) {
+        if written == 1 {
+            let counter = u64::try_from(counter).unwrap_or(0);
+            self.counter_read(name, counter.saturating_sub(1), seen);
+            // The counter now holds the version issued.
+            self.counted
+                .fetch_max(u64::try_from(version).unwrap_or(0), Ordering::Relaxed);
+        }
+    }
+
+    /// Note that Redis's counter read `counter`, by a command sent when this process had seen
+    /// it at `seen`. Below that, Redis lost data: a command sent after another's answer runs
+    /// after it, so the counter cannot have gone back otherwise. (Compared with what was seen
+    /// when the command was sent, not when its answer is handled: answers of commands in
+    /// flight together may be handled in any order.)
+    fn counter_read(&self, name: &str, counter: u64, seen: u64) {
+        self.counted.fetch_max(counter, Ordering::Relaxed);
+        if counter < seen {
+            let loss = StoreLoss {
+                store: name.to_owned(),
+                counter,
+                seen,
+            };
+            telemetry::remote::store_lost(T::KIND, &loss.store, counter, seen);
+            let mut lost = self.lost.lock().unwrap_or_else(|p| p.into_inner());
+            lost.get_or_insert(loss);
+            // What is seen from now on is what the store holds now.
+            self.counted.store(counter, Ordering::Relaxed);
+        }
+    }
+
     /// `stamp` of the store named `name`, raising the floor to its version.
     fn seen(&self, name: &str, version: u64) -> Stamp {
         self.floor.fetch_max(version, Ordering::Relaxed);
@@ -443,7 +489,7 @@ fn decode<T: RemoteSubject>(
     }))
 }
 
-fn cas(key: &str, name: &str, (written, value): (i64, i64)) -> Result<Cas, StoreError> {
+fn cas(key: &str, name: &str, (written, value, _): (i64, i64, i64)) -> Result<Cas, StoreError> {
     match (written, u64::try_from(value)) {
         (1, Ok(version)) => Ok(Cas::Written(stamp(name, version))),
         (0, Ok(actual)) => Ok(Cas::Conflict { actual }),
@@ -511,6 +557,7 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
         }
         // Absent: read again in one transaction, so that the store's version is read in the
         // same step as the subject's absence (it may have been created meanwhile).
+        let seen = self.counted.load(Ordering::Relaxed);
         let (fields, counter, time): (Fields, Option<u64>, (u64, u64)) = redis::pipe()
             .atomic()
             .add_command(read_fields(&key))
@@ -521,6 +568,7 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
             .await
             .map_err(|e| self.failed(e))?;
         let subject = decode(&key, fields)?;
+        self.counter_read(&name, counter.unwrap_or(0), seen);
         let version = match &subject {
             Some(s) => s.version,
             None => store_version(counter, time),
@@ -594,6 +642,7 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
 
     async fn version(&self) -> Result<Stamp, StoreError> {
         let (mut conn, name) = self.conn().await?;
+        let seen = self.counted.load(Ordering::Relaxed);
         let (counter, time): (Option<u64>, (u64, u64)) = redis::pipe()
             .atomic()
             .cmd("GET")
@@ -602,6 +651,7 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
             .query_async(&mut conn)
             .await
             .map_err(|e| self.failed(e))?;
+        self.counter_read(&name, counter.unwrap_or(0), seen);
         Ok(self.seen(&name, store_version(counter, time)))
     }
 
@@ -633,6 +683,7 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
         })?;
         let expected = expected.map_or(-1, |v| v as i64);
         let (mut conn, name) = self.conn().await?;
+        let seen = self.counted.load(Ordering::Relaxed);
         let reply = self
             .put
             .key(&key)
@@ -646,6 +697,7 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.failed(e))?;
+        self.script_answered(&name, reply, seen);
         self.issued(&mut conn, cas(&key, &name, reply)?).await
     }
 
@@ -658,6 +710,7 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
     ) -> Result<Cas, StoreError> {
         let key = self.key(tenant, id);
         let (mut conn, name) = self.conn().await?;
+        let seen = self.counted.load(Ordering::Relaxed);
         let reply = self
             .delete
             .key(&key)
@@ -670,7 +723,12 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.failed(e))?;
+        self.script_answered(&name, reply, seen);
         self.issued(&mut conn, cas(&key, &name, reply)?).await
+    }
+
+    fn take_loss(&self) -> Option<StoreLoss> {
+        self.lost.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
     async fn fence(&self, token: &str) -> Result<(), StoreError> {

@@ -67,6 +67,8 @@ pub enum Reason {
     Restore,
     /// The memory route store started empty.
     MemoryStore,
+    /// A shared store was found to have lost data (see `remote::loss`).
+    StoreLoss,
 }
 
 /// Where a snapshot is.

@@ -360,3 +360,60 @@ async fn a_restored_node_snapshots_and_replicas_forget_the_lost_life() {
     assert_eq!(held, listed);
     node.stop().await;
 }
+
+/// Redis restarted empty under a node (routes there): the node notices at its next change
+/// (the version counter below what it saw), writes one `route.store_loss` row, answers
+/// `/readyz` 503 `store_lost` until a snapshot of routes has finished, and that snapshot's
+/// floor is above every version published before, so a consumer following the rule drops the
+/// route Redis lost and keeps the one made after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_lost_its_routes_is_recorded_and_snapshotted() {
+    let redis = crate::support::redis::RedisServer::start();
+    let url = redis.url();
+    let node = TestNode::start_with(|v| {
+        with_file_sink(v);
+        v["routes"]["store"] = json!("redis");
+        v["routes"]["redis_url"] = json!(url);
+        v["settlement"]["interval"] = json!("100ms");
+    })
+    .await;
+    create_route(&node, "t1", "lost").await;
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
+    create_route(&node, "t1", "after").await;
+
+    let rows = async || {
+        let rows = node.rows().await;
+        let lost: Vec<Value> = rows
+            .into_iter()
+            .filter(|r| r["action"] == "route.store_loss")
+            .collect();
+        (!lost.is_empty()).then_some(lost)
+    };
+    let lost = eventually("the loss's row", Duration::from_secs(10), rows).await;
+    assert_eq!(lost.len(), 1, "one row per loss: {lost:?}");
+    assert_eq!(lost[0]["actor"], "system");
+    assert_eq!(lost[0]["resource"], "stores/route");
+    assert!(lost[0]["detail"]["seen"].as_u64() > lost[0]["detail"]["counter"].as_u64());
+    let path = events_path(&node);
+    let events = events_until(&path, |e| {
+        !of_type(e, "io.ankusa.snapshot.finished").is_empty()
+    })
+    .await;
+    let ready = async || {
+        let r = node.send(node.req(Method::GET, "/readyz", None)).await;
+        (r.status == StatusCode::OK).then_some(())
+    };
+    eventually(
+        "ready again once snapshotted",
+        Duration::from_secs(10),
+        ready,
+    )
+    .await;
+    // A consumer that follows the rule holds the route made after the loss, not the lost one.
+    let held = present(&events);
+    let keys: Vec<&str> = held.keys().map(String::as_str).collect();
+    assert_eq!(keys, ["t1/routes/after"], "{held:?}");
+    node.stop().await;
+}
