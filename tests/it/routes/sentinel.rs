@@ -19,6 +19,16 @@ async fn ask<T: redis::FromRedisValue>(port: u16, cmd: &redis::Cmd) -> redis::Re
     cmd.query_async(&mut conn).await
 }
 
+/// Wait until `replica` follows its primary.
+async fn in_sync(replica: &RedisServer) {
+    let linked = async || {
+        let info: redis::RedisResult<String> =
+            ask(replica.port, redis::cmd("INFO").arg("replication")).await;
+        info.is_ok_and(|i| i.contains("master_link_status:up"))
+    };
+    eventually("the replica in sync", Duration::from_secs(20), linked).await;
+}
+
 /// The role (`master`, `slave`) of the server on `port`.
 async fn role(port: u16) -> Option<String> {
     let reply: redis::RedisResult<Vec<redis::Value>> = ask(port, &redis::cmd("ROLE")).await;
@@ -33,12 +43,7 @@ async fn role(port: u16) -> Option<String> {
 async fn the_store_follows_the_primary_through_a_failover() {
     let mut primary = RedisServer::start();
     let replica = RedisServer::start_replica_of(primary.port);
-    let linked = async || {
-        let info: redis::RedisResult<String> =
-            ask(replica.port, redis::cmd("INFO").arg("replication")).await;
-        info.is_ok_and(|i| i.contains("master_link_status:up"))
-    };
-    eventually("the replica in sync", Duration::from_secs(20), linked).await;
+    in_sync(&replica).await;
     let sentinel = SentinelServer::start("ankusa", primary.port, 1000);
     let sentinels = [format!("127.0.0.1:{}", sentinel.port)];
     let store = RedisStore::<Route>::open(&RedisSettings {
@@ -109,12 +114,7 @@ async fn min_replicas_acknowledges_only_what_a_replica_holds() {
 
     let primary = RedisServer::start();
     let replica = RedisServer::start_replica_of(primary.port);
-    let linked = async || {
-        let info: redis::RedisResult<String> =
-            ask(replica.port, redis::cmd("INFO").arg("replication")).await;
-        info.is_ok_and(|i| i.contains("master_link_status:up"))
-    };
-    eventually("the replica in sync", Duration::from_secs(20), linked).await;
+    in_sync(&replica).await;
     let url = primary.url();
     let store = RedisStore::<Route>::open(&RedisSettings {
         url: &url,

@@ -34,73 +34,24 @@
 //! `ConnectionManager` reconnects by itself once it exists), so the node starts, and keeps
 //! retrying settlement, while Redis is down. Every call is bounded by the configured timeout.
 
+mod connection;
+mod counter;
+mod scripts;
+
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::RwLock;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::aio::ConnectionManager;
 use redis::Script;
 
+use self::connection::Server;
+use self::counter::store_version;
+use self::scripts::{cas, FENCE_SECS};
 use super::{Cas, Found, RemoteStore, RemoteSubject, StoreLoss, Versioned};
 use crate::audit::{Stamp, State};
-use crate::config::RedisSettings;
 use crate::store::StoreError;
-use crate::telemetry;
-
-/// Write a subject if it is at the expected version (-1: absent), at the next version.
-/// Replies `{1, version, counter}` (the counter as `INCR` found it, before the floors), or
-/// `{0, revision, 0}` on a conflict, or `{2, 0, 0}` when its change was
-/// fenced (`KEYS[4]` exists: settlement read the subject back without it). A hash written
-/// before versions existed has none: it is at version 0, and the counter is kept above every
-/// stored version. A subject exists while its hash has a `rev` (every write sets one), as
-/// `decode` reads it.
-const PUT: &str = r#"
-if redis.call('EXISTS', KEYS[4]) == 1 then return {2, 0, 0} end
-local f = redis.call('HMGET', KEYS[1], 'rev', 'ver')
-local exists = f[1] ~= false
-local rev = tonumber(f[1] or '0')
-local ver = tonumber(f[2] or '0')
-local want = tonumber(ARGV[1])
-if (want < 0 and exists) or (want >= 0 and (not exists or ver ~= want)) then
-  return {0, rev, 0}
-end
-local t = redis.call('TIME')
-local least = math.max(ver + 1, tonumber(ARGV[4]) + 1, t[1] * 1000000 + t[2])
-local counted = redis.call('INCR', KEYS[3])
-local n = counted
-if n < least then
-  n = least
-  redis.call('SET', KEYS[3], string.format('%d', n))
-end
-redis.call('HSET', KEYS[1], 'rev', rev + 1, 'ver', n, 'json', ARGV[3])
-redis.call('ZADD', KEYS[2], 0, ARGV[2])
-return {1, n, counted}
-"#;
-
-/// Delete a subject if it is at the expected version, taking the next version; `{2, 0}` when
-/// its change was fenced, as for `PUT`.
-const DELETE: &str = r#"
-if redis.call('EXISTS', KEYS[4]) == 1 then return {2, 0, 0} end
-local f = redis.call('HMGET', KEYS[1], 'rev', 'ver')
-if f[1] == false then return {0, 0, 0} end
-local ver = tonumber(f[2] or '0')
-if ver ~= tonumber(ARGV[1]) then
-  return {0, tonumber(f[1]), 0}
-end
-local t = redis.call('TIME')
-local least = math.max(ver + 1, tonumber(ARGV[3]) + 1, t[1] * 1000000 + t[2])
-local counted = redis.call('INCR', KEYS[3])
-local n = counted
-if n < least then
-  n = least
-  redis.call('SET', KEYS[3], string.format('%d', n))
-end
-redis.call('DEL', KEYS[1])
-redis.call('ZREM', KEYS[2], ARGV[2])
-return {1, n, counted}
-"#;
 
 /// Subjects of one kind in Redis.
 pub struct RedisStore<T> {
@@ -144,188 +95,7 @@ impl<T: RemoteSubject> std::fmt::Debug for RedisStore<T> {
     }
 }
 
-/// Where the store finds its server.
-enum Server {
-    /// One address (`redis_url`): the connection manager reconnects to it by itself.
-    Direct(redis::Client),
-    /// The primary the sentinels name, asked for again once a connection to it fails.
-    Sentinel(tokio::sync::Mutex<SentinelClient>),
-}
-
-fn unavailable(e: redis::RedisError) -> StoreError {
-    StoreError::Unavailable(format!("redis: {}", e.kind_description()))
-}
-
-trait KindDescription {
-    fn kind_description(&self) -> String;
-}
-
-impl KindDescription for redis::RedisError {
-    /// The error's category and, for server errors, its code: never the URL.
-    fn kind_description(&self) -> String {
-        match self.code() {
-            Some(code) => format!("{:?} {code}", self.kind()),
-            None if self.is_timeout() => "timed out".into(),
-            None if self.is_connection_refusal() => "connection refused".into(),
-            None => format!("{:?}", self.kind()),
-        }
-    }
-}
-
 impl<T: RemoteSubject> RedisStore<T> {
-    /// A store on the Redis at `url`, its keys under `prefix`, every call bounded by `timeout`.
-    /// Does not connect: the first call does.
-    pub fn new(url: &str, prefix: &str, timeout: Duration) -> Result<RedisStore<T>, StoreError> {
-        RedisStore::open(&RedisSettings {
-            url,
-            prefix,
-            timeout,
-            sentinels: &[],
-            master: "",
-            sentinel_password: None,
-            min_replicas: 0,
-            min_replicas_timeout: Duration::ZERO,
-        })
-    }
-
-    /// A store as `settings` say: on `url`'s server, or on the primary the sentinels name.
-    /// Does not connect: the first call does.
-    pub fn open(settings: &RedisSettings<'_>) -> Result<RedisStore<T>, StoreError> {
-        let not_redis = |_| StoreError::Unavailable("the Redis URL is not a Redis URL".into());
-        let info =
-            redis::IntoConnectionInfo::into_connection_info(settings.url).map_err(not_redis)?;
-        // Commands go out as they are written: without TCP_NODELAY, one sent while another
-        // awaits its reply would wait for that reply's ACK.
-        let tcp = redis::io::tcp::TcpSettings::default().set_nodelay(true);
-        let server = if settings.sentinels.is_empty() {
-            Server::Direct(redis::Client::open(info.set_tcp_settings(tcp)).map_err(not_redis)?)
-        } else {
-            let node = SentinelNodeConnectionInfo::default()
-                .set_redis_connection_info(info.redis_settings().clone())
-                .set_tcp_settings(tcp);
-            let sentinels = settings
-                .sentinels
-                .iter()
-                .map(|addr| sentinel_url(addr, settings.sentinel_password))
-                .collect::<Result<Vec<_>, _>>()?;
-            let client = SentinelClient::build(
-                sentinels,
-                settings.master.to_owned(),
-                Some(node),
-                SentinelServerType::Master,
-            )
-            .map_err(|_| {
-                StoreError::Unavailable("redis: the sentinels are not addresses".into())
-            })?;
-            Server::Sentinel(tokio::sync::Mutex::new(client))
-        };
-        let prefix = settings.prefix;
-        Ok(RedisStore {
-            server,
-            prefix: prefix.to_owned(),
-            counter_key: [prefix, T::KIND, ":version"].concat(),
-            timeout: settings.timeout,
-            replicas: (settings.min_replicas, settings.min_replicas_timeout),
-            conn: RwLock::new(None),
-            connecting: tokio::sync::Mutex::new(()),
-            put: Script::new(PUT),
-            delete: Script::new(DELETE),
-            floor: AtomicU64::new(0),
-            counted: AtomicU64::new(0),
-            lost: std::sync::Mutex::new(None),
-            kind: PhantomData,
-        })
-    }
-
-    /// The connection made, if it is.
-    fn made(&self) -> Option<(ConnectionManager, String)> {
-        self.conn.read().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    /// The connection, and the store's name as events carry it (`redis:<id>`).
-    async fn conn(&self) -> Result<(ConnectionManager, String), StoreError> {
-        if let Some(made) = self.made() {
-            return Ok(made);
-        }
-        let _one = self.connecting.lock().await;
-        if let Some(made) = self.made() {
-            return Ok(made);
-        }
-        let made = self.connect().await?;
-        *self.conn.write().unwrap_or_else(|p| p.into_inner()) = Some(made.clone());
-        Ok(made)
-    }
-
-    /// `e` as the store's error. Behind sentinels, an error that says the primary is gone or
-    /// is a primary no more (a failover) drops the connection, so that the next call asks
-    /// the sentinels which server is the primary now.
-    fn failed(&self, e: redis::RedisError) -> StoreError {
-        use redis::{ErrorKind, ServerErrorKind};
-        let moved = e.is_connection_dropped()
-            || e.is_io_error()
-            || e.is_connection_refusal()
-            || e.is_timeout()
-            || matches!(
-                e.kind(),
-                ErrorKind::Server(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown)
-            );
-        if moved && matches!(self.server, Server::Sentinel(_)) {
-            *self.conn.write().unwrap_or_else(|p| p.into_inner()) = None;
-        }
-        unavailable(e)
-    }
-
-    /// The client of the server to connect to: `redis_url`'s, or the primary the sentinels
-    /// name now.
-    async fn server(&self) -> Result<redis::Client, StoreError> {
-        match &self.server {
-            Server::Direct(client) => Ok(client.clone()),
-            Server::Sentinel(sentinels) => {
-                let asked = async { sentinels.lock().await.async_get_client().await };
-                tokio::time::timeout(self.timeout * 2, asked)
-                    .await
-                    .map_err(|_| StoreError::Unavailable("redis: the sentinels timed out".into()))?
-                    .map_err(unavailable)
-            }
-        }
-    }
-
-    /// A new connection, and the store's name.
-    async fn connect(&self) -> Result<(ConnectionManager, String), StoreError> {
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(self.timeout);
-        let client = self.server().await?;
-        let made = tokio::time::timeout(
-            self.timeout * 2,
-            ConnectionManager::new_with_config(client, config),
-        )
-        .await
-        .map_err(|_| StoreError::Unavailable("redis: connecting timed out".into()))?
-        .map_err(|e| self.failed(e))?;
-        let name = format!("redis:{}", self.store_id(made.clone()).await?);
-        Ok((made, name))
-    }
-
-    /// The store's id: the one the first node to connect set, whoever that was.
-    async fn store_id(&self, mut conn: ConnectionManager) -> Result<String, StoreError> {
-        let key = format!("{}store_id", self.prefix);
-        let (id,): (String,) = redis::pipe()
-            .cmd("SET")
-            .arg(&key)
-            .arg(uuid::Uuid::new_v4().to_string())
-            .arg("NX")
-            .ignore()
-            .cmd("GET")
-            .arg(&key)
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| self.failed(e))?;
-        Ok(id)
-    }
-
     // Joined, not formatted: every change makes three keys, and `format!` costs several
     // times as much.
     fn key(&self, tenant: &str, id: &str) -> String {
@@ -362,46 +132,6 @@ impl<T: RemoteSubject> RedisStore<T> {
         Ok(written)
     }
 
-    /// Note what a write script's `reply` says of the counter: the value `INCR` found, which
-    /// is above `seen` (the counter this process had seen when it sent the script) unless
-    /// Redis lost data.
-    fn script_answered(&self, name: &str, (written, version, counter): (i64, i64, i64), seen: u64) {
-        if written == 1 {
-            let counter = u64::try_from(counter).unwrap_or(0);
-            self.counter_read(name, counter.saturating_sub(1), seen);
-            // The counter now holds the version issued.
-            self.counted
-                .fetch_max(u64::try_from(version).unwrap_or(0), Ordering::Relaxed);
-        }
-    }
-
-    /// Note that Redis's counter read `counter`, by a command sent when this process had seen
-    /// it at `seen`. Below that, Redis lost data: a command sent after another's answer runs
-    /// after it, so the counter cannot have gone back otherwise. (Compared with what was seen
-    /// when the command was sent, not when its answer is handled: answers of commands in
-    /// flight together may be handled in any order.)
-    fn counter_read(&self, name: &str, counter: u64, seen: u64) {
-        self.counted.fetch_max(counter, Ordering::Relaxed);
-        if counter < seen {
-            let loss = StoreLoss {
-                store: name.to_owned(),
-                counter,
-                seen,
-            };
-            telemetry::remote::store_lost(T::KIND, &loss.store, counter, seen);
-            let mut lost = self.lost.lock().unwrap_or_else(|p| p.into_inner());
-            lost.get_or_insert(loss);
-            // What is seen from now on is what the store holds now.
-            self.counted.store(counter, Ordering::Relaxed);
-        }
-    }
-
-    /// `stamp` of the store named `name`, raising the floor to its version.
-    fn seen(&self, name: &str, version: u64) -> Stamp {
-        self.floor.fetch_max(version, Ordering::Relaxed);
-        stamp(name, version)
-    }
-
     /// `<prefix>fence:<token>`: set once settlement fenced change `token` (an empty token, a
     /// write outside a dual write, names a key never set).
     fn fence_key(&self, token: &str) -> String {
@@ -418,17 +148,6 @@ impl<T: RemoteSubject> RedisStore<T> {
     }
 }
 
-/// The URL of sentinel `addr` (`host:port`), with the sentinels' `password`.
-fn sentinel_url(addr: &str, password: Option<&str>) -> Result<String, StoreError> {
-    let bad = |_| StoreError::Unavailable("redis: a sentinel is not host:port".into());
-    let mut url = url::Url::parse(&format!("redis://{addr}")).map_err(bad)?;
-    if let Some(password) = password {
-        url.set_password(Some(password))
-            .map_err(|()| StoreError::Unavailable("redis: a sentinel is not host:port".into()))?;
-    }
-    Ok(url.into())
-}
-
 /// `s` with Redis's glob characters escaped, to match itself in a `SCAN MATCH` pattern.
 fn glob_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -439,15 +158,6 @@ fn glob_escape(s: &str) -> String {
         out.push(c);
     }
     out
-}
-
-/// The store's version now, from its counter and its clock (`TIME`: seconds, microseconds):
-/// every version issued so far is at or below it (a version is at least the clock in
-/// microseconds when it is issued), and every later one above, even if the counter was lost.
-fn store_version(counter: Option<u64>, (seconds, micros): (u64, u64)) -> u64 {
-    counter
-        .unwrap_or(0)
-        .max(seconds.saturating_mul(1_000_000).saturating_add(micros))
 }
 
 /// The stamp of version `version` of the store named `name`.
@@ -487,22 +197,6 @@ fn decode<T: RemoteSubject>(
         version: ver.unwrap_or(0),
         state: None,
     }))
-}
-
-fn cas(key: &str, name: &str, (written, value, _): (i64, i64, i64)) -> Result<Cas, StoreError> {
-    match (written, u64::try_from(value)) {
-        (1, Ok(version)) => Ok(Cas::Written(stamp(name, version))),
-        (0, Ok(actual)) => Ok(Cas::Conflict { actual }),
-        // Only a write still on its way when its settlement read the subject gets this; the
-        // row already says it did not land.
-        (2, _) => Err(StoreError::Unavailable(
-            "redis: the change was fenced by its settlement".into(),
-        )),
-        _ => Err(StoreError::Corrupt {
-            what: key.to_owned(),
-            detail: "unexpected script reply".into(),
-        }),
-    }
 }
 
 #[async_trait::async_trait]
@@ -747,9 +441,6 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
             .map_err(|e| self.failed(e))
     }
 }
-
-/// How long a fence is kept, in seconds.
-const FENCE_SECS: u64 = 86_400;
 
 #[cfg(test)]
 mod tests {

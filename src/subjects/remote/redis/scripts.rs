@@ -1,0 +1,83 @@
+//! The Lua scripts of the Redis store's writes, and what their replies mean. Each is one
+//! compare-and-set that Redis runs atomically (see the module above).
+
+use super::stamp;
+use crate::store::StoreError;
+use crate::subjects::remote::Cas;
+
+/// Write a subject if it is at the expected version (-1: absent), at the next version.
+/// Replies `{1, version, counter}` (the counter as `INCR` found it, before the floors), or
+/// `{0, revision, 0}` on a conflict, or `{2, 0, 0}` when its change was
+/// fenced (`KEYS[4]` exists: settlement read the subject back without it). A hash written
+/// before versions existed has none: it is at version 0, and the counter is kept above every
+/// stored version. A subject exists while its hash has a `rev` (every write sets one), as
+/// `decode` reads it.
+pub(super) const PUT: &str = r#"
+if redis.call('EXISTS', KEYS[4]) == 1 then return {2, 0, 0} end
+local f = redis.call('HMGET', KEYS[1], 'rev', 'ver')
+local exists = f[1] ~= false
+local rev = tonumber(f[1] or '0')
+local ver = tonumber(f[2] or '0')
+local want = tonumber(ARGV[1])
+if (want < 0 and exists) or (want >= 0 and (not exists or ver ~= want)) then
+  return {0, rev, 0}
+end
+local t = redis.call('TIME')
+local least = math.max(ver + 1, tonumber(ARGV[4]) + 1, t[1] * 1000000 + t[2])
+local counted = redis.call('INCR', KEYS[3])
+local n = counted
+if n < least then
+  n = least
+  redis.call('SET', KEYS[3], string.format('%d', n))
+end
+redis.call('HSET', KEYS[1], 'rev', rev + 1, 'ver', n, 'json', ARGV[3])
+redis.call('ZADD', KEYS[2], 0, ARGV[2])
+return {1, n, counted}
+"#;
+
+/// Delete a subject if it is at the expected version, taking the next version; `{2, 0}` when
+/// its change was fenced, as for `PUT`.
+pub(super) const DELETE: &str = r#"
+if redis.call('EXISTS', KEYS[4]) == 1 then return {2, 0, 0} end
+local f = redis.call('HMGET', KEYS[1], 'rev', 'ver')
+if f[1] == false then return {0, 0, 0} end
+local ver = tonumber(f[2] or '0')
+if ver ~= tonumber(ARGV[1]) then
+  return {0, tonumber(f[1]), 0}
+end
+local t = redis.call('TIME')
+local least = math.max(ver + 1, tonumber(ARGV[3]) + 1, t[1] * 1000000 + t[2])
+local counted = redis.call('INCR', KEYS[3])
+local n = counted
+if n < least then
+  n = least
+  redis.call('SET', KEYS[3], string.format('%d', n))
+end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[2])
+return {1, n, counted}
+"#;
+
+/// A write script's reply as the compare-and-set's outcome.
+pub(super) fn cas(
+    key: &str,
+    name: &str,
+    (written, value, _): (i64, i64, i64),
+) -> Result<Cas, StoreError> {
+    match (written, u64::try_from(value)) {
+        (1, Ok(version)) => Ok(Cas::Written(stamp(name, version))),
+        (0, Ok(actual)) => Ok(Cas::Conflict { actual }),
+        // Only a write still on its way when its settlement read the subject gets this; the
+        // row already says it did not land.
+        (2, _) => Err(StoreError::Unavailable(
+            "redis: the change was fenced by its settlement".into(),
+        )),
+        _ => Err(StoreError::Corrupt {
+            what: key.to_owned(),
+            detail: "unexpected script reply".into(),
+        }),
+    }
+}
+
+/// How long a fence is kept, in seconds.
+pub(super) const FENCE_SECS: u64 = 86_400;
