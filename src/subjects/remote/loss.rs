@@ -1,6 +1,6 @@
 //! What the node does when a shared store lost data (a failover that lost writes, a restart
 //! without persistence, an old backup): the store notices it (its version counter below
-//! what this process saw in it, see `redis.rs`), and the node, once per loss, writes a system
+//! what this process saw in it, see `redis/counter.rs`), and the node, once per loss, writes a system
 //! row `<kind>.store_loss` saying what was found, shows it in `/readyz` until it is handled,
 //! and takes a snapshot of the kind. The snapshot's floor is above every version issued
 //! before (versions go on above the clock and the floor), so the contract's pruning removes
