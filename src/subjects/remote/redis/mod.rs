@@ -106,6 +106,25 @@ impl<T: RemoteSubject> RedisStore<T> {
         &self.counter_key
     }
 
+    /// Run write script `invocation` of subject `key`, the process's floor its last argument,
+    /// and take its reply: the counter it found, the replicas asked for, the outcome.
+    async fn write(
+        &self,
+        key: &str,
+        invocation: &mut redis::ScriptInvocation<'_>,
+    ) -> Result<Cas, StoreError> {
+        let (mut conn, name) = self.conn().await?;
+        // Read before the script is sent: what it finds is held against it.
+        let seen = self.counted.load(Ordering::Relaxed);
+        let reply = invocation
+            .arg(self.floor.load(Ordering::Relaxed))
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.failed(e))?;
+        self.script_answered(&name, reply, seen);
+        self.issued(&mut conn, cas(key, &name, reply)?).await
+    }
+
     /// `written` on `conn`, raising the floor to the version it issued, once the replicas
     /// asked for hold it. A write they do not hold in time is an error, as a write that did
     /// not answer: its settlement reads it back.
@@ -376,23 +395,15 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
             detail: e.to_string(),
         })?;
         let expected = expected.map_or(-1, |v| v as i64);
-        let (mut conn, name) = self.conn().await?;
-        let seen = self.counted.load(Ordering::Relaxed);
-        let reply = self
-            .put
-            .key(&key)
+        let mut invocation = self.put.key(&key);
+        invocation
             .key(self.index_key(subject.tenant()))
             .key(self.counter_key())
             .key(self.fence_key(token))
             .arg(expected)
             .arg(subject.id())
-            .arg(json)
-            .arg(self.floor.load(Ordering::Relaxed))
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| self.failed(e))?;
-        self.script_answered(&name, reply, seen);
-        self.issued(&mut conn, cas(&key, &name, reply)?).await
+            .arg(json);
+        self.write(&key, &mut invocation).await
     }
 
     async fn delete_fenced(
@@ -403,22 +414,14 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
         token: &str,
     ) -> Result<Cas, StoreError> {
         let key = self.key(tenant, id);
-        let (mut conn, name) = self.conn().await?;
-        let seen = self.counted.load(Ordering::Relaxed);
-        let reply = self
-            .delete
-            .key(&key)
+        let mut invocation = self.delete.key(&key);
+        invocation
             .key(self.index_key(tenant))
             .key(self.counter_key())
             .key(self.fence_key(token))
             .arg(expected)
-            .arg(id)
-            .arg(self.floor.load(Ordering::Relaxed))
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| self.failed(e))?;
-        self.script_answered(&name, reply, seen);
-        self.issued(&mut conn, cas(&key, &name, reply)?).await
+            .arg(id);
+        self.write(&key, &mut invocation).await
     }
 
     fn take_loss(&self) -> Option<StoreLoss> {

@@ -5,6 +5,24 @@ use super::stamp;
 use crate::store::StoreError;
 use crate::subjects::remote::Cas;
 
+/// The version a write takes, after its checks (`ver`: the subject's version, `floor`: the
+/// process's floor): the greatest of the counter + 1, `ver` + 1, `floor` + 1 and Redis's
+/// clock in microseconds, the counter moved to it; `counted` is what `INCR` found.
+macro_rules! next_version {
+    () => {
+        r#"
+local t = redis.call('TIME')
+local least = math.max(ver + 1, floor + 1, t[1] * 1000000 + t[2])
+local counted = redis.call('INCR', KEYS[3])
+local n = counted
+if n < least then
+  n = least
+  redis.call('SET', KEYS[3], string.format('%d', n))
+end
+"#
+    };
+}
+
 /// Write a subject if it is at the expected version (-1: absent), at the next version.
 /// Replies `{1, version, counter}` (the counter as `INCR` found it, before the floors), or
 /// `{0, revision, 0}` on a conflict, or `{2, 0, 0}` when its change was
@@ -12,7 +30,8 @@ use crate::subjects::remote::Cas;
 /// before versions existed has none: it is at version 0, and the counter is kept above every
 /// stored version. A subject exists while its hash has a `rev` (every write sets one), as
 /// `decode` reads it.
-pub(super) const PUT: &str = r#"
+pub(super) const PUT: &str = concat!(
+    r#"
 if redis.call('EXISTS', KEYS[4]) == 1 then return {2, 0, 0} end
 local f = redis.call('HMGET', KEYS[1], 'rev', 'ver')
 local exists = f[1] ~= false
@@ -22,22 +41,19 @@ local want = tonumber(ARGV[1])
 if (want < 0 and exists) or (want >= 0 and (not exists or ver ~= want)) then
   return {0, rev, 0}
 end
-local t = redis.call('TIME')
-local least = math.max(ver + 1, tonumber(ARGV[4]) + 1, t[1] * 1000000 + t[2])
-local counted = redis.call('INCR', KEYS[3])
-local n = counted
-if n < least then
-  n = least
-  redis.call('SET', KEYS[3], string.format('%d', n))
-end
-redis.call('HSET', KEYS[1], 'rev', rev + 1, 'ver', n, 'json', ARGV[3])
+local floor = tonumber(ARGV[4])
+"#,
+    next_version!(),
+    r#"redis.call('HSET', KEYS[1], 'rev', rev + 1, 'ver', n, 'json', ARGV[3])
 redis.call('ZADD', KEYS[2], 0, ARGV[2])
 return {1, n, counted}
-"#;
+"#
+);
 
 /// Delete a subject if it is at the expected version, taking the next version; `{2, 0}` when
 /// its change was fenced, as for `PUT`.
-pub(super) const DELETE: &str = r#"
+pub(super) const DELETE: &str = concat!(
+    r#"
 if redis.call('EXISTS', KEYS[4]) == 1 then return {2, 0, 0} end
 local f = redis.call('HMGET', KEYS[1], 'rev', 'ver')
 if f[1] == false then return {0, 0, 0} end
@@ -45,18 +61,14 @@ local ver = tonumber(f[2] or '0')
 if ver ~= tonumber(ARGV[1]) then
   return {0, tonumber(f[1]), 0}
 end
-local t = redis.call('TIME')
-local least = math.max(ver + 1, tonumber(ARGV[3]) + 1, t[1] * 1000000 + t[2])
-local counted = redis.call('INCR', KEYS[3])
-local n = counted
-if n < least then
-  n = least
-  redis.call('SET', KEYS[3], string.format('%d', n))
-end
-redis.call('DEL', KEYS[1])
+local floor = tonumber(ARGV[3])
+"#,
+    next_version!(),
+    r#"redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[2])
 return {1, n, counted}
-"#;
+"#
+);
 
 /// A write script's reply as the compare-and-set's outcome.
 pub(super) fn cas(
