@@ -16,6 +16,7 @@ bench: ## Throughput and latency figures, as ratios against raw baselines
 	cargo bench --bench retention
 	cargo bench --bench verify
 	cargo bench --bench load
+	cargo bench --bench store
 
 lint:  ## Formatting and clippy, as CI wants them
 	cargo fmt --all -- --check

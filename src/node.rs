@@ -16,9 +16,9 @@ use crate::config::Config;
 use crate::config::RemoteStoreKind;
 use crate::lifecycle;
 use crate::store::Store;
-use crate::subjects::remote::loss;
 use crate::subjects::remote::refresh::{self, RefreshOptions, Refreshable};
-use crate::subjects::remote::RemoteSubject;
+use crate::subjects::remote::{drift, loss};
+use crate::subjects::remote::{Recalled, RemoteSubject};
 use crate::subjects::routes;
 use crate::subjects::snapshot::{LocalSources, Reason, SnapshotKind, Snapshots};
 use crate::subjects::sources_remote::RemoteSources;
@@ -122,6 +122,13 @@ async fn serve_on(
     let routes = routes::Routes::new(route_store, trail.clone());
     let sources =
         RemoteSources::open(&config.sources, trail).context("opening the source store")?;
+    // What this node knew of the shared stores before it stopped: their floors and names.
+    let recalled = |kind| Recalled::read(trail, kind).context("reading m:remote");
+    routes.store().recall(&recalled(routes::Route::KIND)?);
+    if let Some(sources) = &sources {
+        let kind = crate::subjects::sources::Source::KIND;
+        sources.remote().store().recall(&recalled(kind)?);
+    }
     // The publisher's lanes start once every sink is built and every position read.
     let publisher = lifecycle::start(&config.lifecycle, &config.node.uri, trail, stop.clone())
         .await?
@@ -170,6 +177,24 @@ async fn serve_on(
         config,
         stop,
     );
+    // Subjects changed in Redis around the fleet: a drift row and a refreshed event each.
+    let mut drifts = Vec::new();
+    if config.routes.store == RemoteStoreKind::Redis {
+        let kind: Arc<dyn drift::Verifiable> = Arc::new(routes.remote().clone());
+        drifts.extend(drift::watch(
+            kind,
+            config.routes.verify_interval,
+            stop.clone(),
+        ));
+    }
+    if let Some(sources) = &sources {
+        let kind: Arc<dyn drift::Verifiable> = Arc::new(sources.remote().clone());
+        drifts.extend(drift::watch(
+            kind,
+            config.sources.verify_interval,
+            stop.clone(),
+        ));
+    }
     let ready = Arc::new(AtomicBool::new(false));
     let work = TaskTracker::new();
     let state = AppState::new(Shared {
@@ -215,6 +240,9 @@ async fn serve_on(
         let _ = refreshing.await;
     }
     let _ = watching.await;
+    for drifting in drifts {
+        let _ = drifting.await;
+    }
     snapshots.join().await;
     if writer_died {
         anyhow::bail!("the audit writer stopped while the node served (see the log above); every change since was refused");
@@ -232,16 +260,13 @@ fn watch_losses(
     config: &Config,
     stop: &CancellationToken,
 ) -> (loss::Losses, tokio::task::JoinHandle<()>) {
-    let route_store = routes.store().clone();
-    let mut stores: Vec<(&'static str, loss::LossSource)> = vec![(
-        routes::Route::KIND,
-        Box::new(move || route_store.take_loss()),
-    )];
+    let mut stores: Vec<(&'static str, Arc<dyn loss::Watched>)> =
+        vec![(routes::Route::KIND, Arc::new(routes.store().clone()))];
     if let Some(sources) = sources {
         let source_store = sources.remote().store().clone();
         stores.push((
             crate::subjects::sources::Source::KIND,
-            Box::new(move || source_store.take_loss()),
+            Arc::new(source_store),
         ));
     }
     loss::watch(

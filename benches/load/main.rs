@@ -39,6 +39,7 @@ mod kafka;
 mod node;
 #[path = "../shared/raw.rs"]
 mod raw;
+#[path = "../shared/redis.rs"]
 mod redis;
 mod report;
 mod stats;

@@ -23,6 +23,7 @@ pub mod router;
 pub mod routes;
 pub mod schemas;
 pub mod sources;
+pub mod stores;
 pub mod subject;
 
 use std::path::Path;

@@ -12,8 +12,8 @@ use axum::routing::{self, MethodRouter};
 use axum::Router;
 
 use super::{
-    audit, backups, lifecycle, overrides, quarantine, replay, routes, schemas, sources, subject,
-    AppState,
+    audit, backups, lifecycle, overrides, quarantine, replay, routes, schemas, sources, stores,
+    subject, AppState,
 };
 use crate::subjects::overrides::Override;
 use crate::subjects::quarantine::Quarantine;
@@ -148,7 +148,8 @@ pub fn admin() -> (Router<AppState>, Vec<(Method, &'static str)>) {
     .post("/admin/v1/lifecycle/sinks/{sink}/enable", lifecycle::enable)
     .get("/admin/v1/lifecycle/snapshot", lifecycle::snapshot_status)
     .post("/admin/v1/lifecycle/snapshot", lifecycle::snapshot)
-    .post("/admin/v1/backups", backups::create);
+    .post("/admin/v1/backups", backups::create)
+    .post("/admin/v1/stores/verify", stores::verify);
     (table.router, table.routes)
 }
 

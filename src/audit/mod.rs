@@ -289,6 +289,14 @@ impl Trail {
         answer.await.map_err(|_| closed())?
     }
 
+    /// Keep `value`, what the node knows of the shared store of `kind`, as `m:remote:<kind>`
+    /// (synced).
+    pub async fn remember(&self, kind: &str, value: Vec<u8>) -> Result<(), StoreError> {
+        let kind = kind.to_owned();
+        self.ask(|reply| Request::Remember(writer::request::Remember { kind, value, reply }))
+            .await
+    }
+
     /// The clock rows are stamped with and retention is measured by.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock

@@ -32,6 +32,13 @@ pub struct RoutesConfig {
     /// How long a change waits for them.
     #[serde(with = "humantime_serde")]
     pub min_replicas_timeout: Duration,
+    /// The secret every node of the fleet signs the subjects it writes with (empty: a
+    /// checksum, which finds hand edits but not forged ones).
+    pub fleet_secret: String,
+    /// How often every subject in Redis is checked against what the fleet wrote (0: never;
+    /// `POST /admin/v1/stores/verify` checks on demand).
+    #[serde(with = "humantime_serde")]
+    pub verify_interval: Duration,
 }
 
 /// Where subjects that live outside the node's store are kept.
@@ -63,6 +70,9 @@ pub struct RedisSettings<'a> {
     pub min_replicas: u32,
     /// How long a change waits for them.
     pub min_replicas_timeout: Duration,
+    /// Every node's shared secret: writes sign subjects with it, the drift check holds
+    /// them to it.
+    pub fleet_secret: &'a str,
 }
 
 impl RoutesConfig {
@@ -91,6 +101,7 @@ impl RoutesConfig {
             sentinel_password: self.sentinel_password.as_deref(),
             min_replicas: self.min_replicas,
             min_replicas_timeout: self.min_replicas_timeout,
+            fleet_secret: &self.fleet_secret,
         }
     }
 }
@@ -172,6 +183,13 @@ pub struct SourcesConfig {
     /// How long a change waits for them.
     #[serde(with = "humantime_serde")]
     pub min_replicas_timeout: Duration,
+    /// The secret every node of the fleet signs the subjects it writes with (empty: a
+    /// checksum, which finds hand edits but not forged ones).
+    pub fleet_secret: String,
+    /// How often every subject in Redis is checked against what the fleet wrote (0: never;
+    /// `POST /admin/v1/stores/verify` checks on demand).
+    #[serde(with = "humantime_serde")]
+    pub verify_interval: Duration,
 }
 
 /// Where API-managed sources live.
@@ -210,6 +228,7 @@ impl SourcesConfig {
             sentinel_password: self.sentinel_password.as_deref(),
             min_replicas: self.min_replicas,
             min_replicas_timeout: self.min_replicas_timeout,
+            fleet_secret: &self.fleet_secret,
         }
     }
 }

@@ -72,6 +72,12 @@ pub mod meta {
     /// `audit::clock::ClockGuard`).
     pub const CLOCK_AHEAD: &str = "clock_ahead";
 
+    /// `m:remote:<kind>`: what the node knows of the shared store of `kind` (its name, the
+    /// greatest version it issued or read there; JSON), kept across restarts.
+    pub fn remote(kind: &str) -> String {
+        format!("remote:{kind}")
+    }
+
     /// The meta name of sink `sink`'s position (the last seq it confirmed).
     pub fn sink_cursor(sink: &str) -> String {
         format!("{SINK_CURSOR_PREFIX}{sink}")

@@ -153,7 +153,7 @@ fn register<M: Collector + Clone + 'static>(metric: prometheus::Result<M>) -> M 
 mod tests {
     /// Every metric the node exports with its labels, as dashboards and alerts know them
     /// (histograms also have `le`). A name here changes only with the operators' runbook.
-    const METRICS: [&str; 39] = [
+    const METRICS: [&str; 42] = [
         "ankusa_api_connections_closed_total{reason}",
         "ankusa_audit_ceiling{ceiling}",
         "ankusa_audit_checkpoint_size",
@@ -188,6 +188,9 @@ mod tests {
         "ankusa_lifecycle_sink_lag_seconds{sink}",
         "ankusa_lifecycle_sink_position{sink}",
         "ankusa_lifecycle_sink_state{sink,state}",
+        "ankusa_remote_drift_failures_total{kind}",
+        "ankusa_remote_drift_scanned_total{kind}",
+        "ankusa_remote_drift_total{kind}",
         "ankusa_remote_refresh_checked_total{kind}",
         "ankusa_remote_refresh_failures_total{kind}",
         "ankusa_remote_refresh_held_changes_total{kind}",

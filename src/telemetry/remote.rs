@@ -20,6 +20,9 @@ struct Metrics {
     refresh_failures: IntCounterVec,
     refresh_held_changes: IntCounterVec,
     store_losses: IntCounterVec,
+    drift_found: IntCounterVec,
+    drift_scanned: IntCounterVec,
+    drift_failures: IntCounterVec,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
@@ -48,13 +51,57 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
         "Times a shared store was found to have lost data (its counter below what was seen)",
         &["kind"],
     ),
+    drift_found: counter_vec(
+        "remote_drift_total",
+        "Subjects the drift check found in a shared store otherwise than the fleet wrote them",
+        &["kind"],
+    ),
+    drift_scanned: counter_vec(
+        "remote_drift_scanned_total",
+        "Subjects the drift check scanned in a shared store",
+        &["kind"],
+    ),
+    drift_failures: counter_vec(
+        "remote_drift_failures_total",
+        "Drift check passes that could not read the store or write a row (tried again)",
+        &["kind"],
+    ),
 });
+
+/// Subject `id` of `tenant` of `kind` was found in its shared store otherwise than the fleet
+/// wrote it (at version `version`).
+pub(crate) fn drift_found(kind: &str, tenant: &str, id: &str, version: u64) {
+    METRICS.drift_found.with_label_values(&[kind]).inc();
+    tracing::warn!(target: "ankusa::audit", kind, tenant, id, version, "shared store drift: a subject no node of the fleet wrote as it is; recording it and publishing its state");
+}
+
+/// A drift check pass is done.
+pub(crate) fn drift_checked(report: &crate::subjects::remote::drift::Report) {
+    let kind = report.kind;
+    METRICS
+        .drift_scanned
+        .with_label_values(&[kind])
+        .inc_by(report.scanned);
+    tracing::info!(target: "ankusa::audit", kind, scanned = report.scanned, drifted = report.drifted, published = report.published, elapsed_ms = report.elapsed_ms, "drift check done");
+}
+
+/// A drift check pass failed; the next one is in `retry`.
+pub(crate) fn drift_failed(kind: &str, error: &impl Display, retry: Duration) {
+    METRICS.drift_failures.with_label_values(&[kind]).inc();
+    tracing::warn!(target: "ankusa::audit", kind, error = %error, retry_ms = retry.as_millis() as u64, "drift check failed; trying again at the next interval");
+}
 
 /// A shared store of `kind` named `store` was found with its counter at `counter`, below the
 /// `seen` value this process saw in it: it lost data.
-pub(crate) fn store_lost(kind: &str, store: &str, counter: u64, seen: u64) {
+pub(crate) fn store_lost(kind: &str, store: &str, counter: u64, seen: u64, found: &str) {
     METRICS.store_losses.with_label_values(&[kind]).inc();
-    tracing::error!(target: "ankusa::audit", kind, store, counter, seen, "shared store lost data: its version counter went back; recording it and taking a snapshot of the kind");
+    tracing::error!(target: "ankusa::audit", kind, store, counter, seen, found, "shared store lost data; recording it and taking a snapshot of the kind");
+}
+
+/// The shared store of `kind` answers with another id than the one this node knew: it is
+/// another store (the configuration names another Redis), whose name events carry from now.
+pub(crate) fn store_renamed(kind: &str, known: &str, found: &str) {
+    tracing::warn!(target: "ankusa::audit", kind, known, found, "the shared store is not the one this node knew: events name it by its own id from now on");
 }
 
 /// A restored store's remote subjects are to be refreshed; changes of `kinds` are held.
@@ -101,7 +148,13 @@ pub(super) fn touch_every_metric() {
     refresh_kind_done("route", 1, 1);
     refresh_failed("route", &"unreachable", Duration::from_millis(1));
     change_held("route", "routes/r1");
-    store_lost("route", "redis:x", 1, 2);
+    store_lost("route", "redis:x", 1, 2, "gone");
+    drift_found("route", "t1", "r1", 1);
+    drift_checked(&crate::subjects::remote::drift::Report {
+        kind: "route",
+        ..Default::default()
+    });
+    drift_failed("route", &"unreachable", Duration::from_millis(1));
 }
 
 /// A snapshot of `kinds` began (its start marker is next).

@@ -162,6 +162,9 @@ pub struct Refresh {
     pub stamp: Option<Stamp>,
     /// The snapshot it is an item of: its row is written whatever the trail says.
     pub snapshot: Option<String>,
+    /// Why it is refreshed, the row's `detail.reason` (`None`: `snapshot` for a snapshot's
+    /// item, else `restore`).
+    pub reason: Option<&'static str>,
     /// What the trail says of it (`None`: nothing, as for a subject it never recorded or
     /// whose rows were all pruned).
     pub known: Option<Known>,
@@ -224,10 +227,10 @@ pub(crate) fn take(w: &mut Writer, g: &mut Group, at: u64, req: RefreshReq) -> R
         Some(Known::State(known)) => known,
         Some(Known::Unknown) | None => None,
     };
-    let reason = if r.snapshot.is_some() {
-        "snapshot"
-    } else {
-        "restore"
+    let reason = match (r.reason, &r.snapshot) {
+        (Some(reason), _) => reason,
+        (None, Some(_)) => "snapshot",
+        (None, None) => "restore",
     };
     let mut change = Change::new(format!("{}.{REFRESH_VERB}", r.kind), r.resource)
         .tenant(r.tenant)

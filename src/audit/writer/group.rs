@@ -150,6 +150,14 @@ impl Writer {
                 g.batch.delete_cf(self.store.cf(Cf::Audit), key);
                 Taken::Meta { reply }
             }
+            Request::Remember(remember) => {
+                let key = keys::meta_key(&meta::remote(&remember.kind));
+                g.batch
+                    .put_cf(self.store.cf(Cf::Audit), key, &remember.value);
+                Taken::Meta {
+                    reply: remember.reply,
+                }
+            }
             Request::Checkpoint(reply) => {
                 // Answered with the checkpoint the group ends with (see `close`).
                 o.checkpoint.push(reply);

@@ -69,6 +69,8 @@ pub(crate) enum Request {
     Refresh(Box<RefreshReq>),
     /// Delete `m:refresh_pending`: every remote kind is refreshed.
     RefreshDone(oneshot::Sender<Result<(), StoreError>>),
+    /// Put what the node knows of a kind's shared store (`m:remote:<kind>`).
+    Remember(Remember),
     /// Sign a checkpoint of the tree now if any row came since the last one; answered with
     /// the checkpoint row's seq.
     Checkpoint(oneshot::Sender<Result<Option<u64>, StoreError>>),
@@ -91,10 +93,21 @@ impl Request {
             | Request::Finish(_)
             | Request::Refresh(_)
             | Request::Checkpoint(_)
+            | Request::Remember(_)
             | Request::Shutdown(_) => false,
             Request::Sweep(_) | Request::Settle(_) | Request::RefreshDone(_) => true,
         }
     }
+}
+
+/// What the node knows of a kind's shared store, to keep across restarts.
+pub(crate) struct Remember {
+    /// The kind (`route`, `source`).
+    pub kind: String,
+    /// Its encoding (see `subjects::remote::recall`).
+    pub value: Vec<u8>,
+    /// Answered once the batch is written.
+    pub reply: oneshot::Sender<Result<(), StoreError>>,
 }
 
 /// A sink's new position, with what it dead-lettered on the way.

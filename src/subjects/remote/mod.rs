@@ -10,10 +10,12 @@
 //! (no row, as for any change the store refuses, and 409 to the caller), or unknown because the store did not answer (settlement
 //! reads the subject back and decides; 503 to the caller).
 
+pub mod drift;
 mod gate;
 pub mod loss;
 pub mod memory;
 mod order;
+pub mod recall;
 pub mod redis;
 pub mod refresh;
 mod snapshot;
@@ -32,8 +34,10 @@ use super::redact::{self, redact_fields, Redacted};
 use crate::audit::{Hold, Present, Reading, Reconcile, Reconcilers, Stamp, State, Trail};
 use crate::store::StoreError;
 
+use drift::{DriftPage, Drifted};
 pub use gate::Gate;
 use order::SubjectLocks;
+pub use recall::Recalled;
 
 /// A subject a [`RemoteStore`] keeps.
 pub trait RemoteSubject: Serialize + DeserializeOwned + Clone + Send + Sync + 'static {
@@ -201,6 +205,27 @@ pub trait RemoteStore<T: RemoteSubject>: Send + Sync + std::fmt::Debug {
         self.delete(tenant, id, expected).await
     }
 
+    /// One page of the drift check's scan of every subject (see `drift.rs`), from `cursor`
+    /// (0: the start), about `count` subjects. A store in this process is only ever written
+    /// by the node: nothing drifts.
+    async fn drift_page(&self, cursor: u64, count: usize) -> Result<DriftPage<T>, StoreError> {
+        let _ = (cursor, count);
+        Ok(DriftPage::default())
+    }
+
+    /// Adopt a drifted subject at a new version, marked, if it is still as found; `None`: it
+    /// changed meanwhile.
+    async fn adopt(&self, drifted: &Drifted<T>) -> Result<Option<Stamp>, StoreError> {
+        let _ = drifted;
+        Ok(None)
+    }
+
+    /// Drop the mark of a drifted subject adopted at `version`: its rows are written.
+    async fn unmark(&self, drifted: &Drifted<T>, version: u64) -> Result<(), StoreError> {
+        let _ = (drifted, version);
+        Ok(())
+    }
+
     /// Refuse, from now on, the write of the change `token` names, wherever it still is (a
     /// write that timed out may sit on a connection that was replaced, and land later).
     /// Settlement calls it before it reads the subject back: a write that lands after the
@@ -212,9 +237,30 @@ pub trait RemoteStore<T: RemoteSubject>: Send + Sync + std::fmt::Debug {
     }
 
     /// A loss of data the store found since the last call (its counter below what this
-    /// process saw in it), once.
+    /// process saw in it, its id gone), once.
     fn take_loss(&self) -> Option<StoreLoss> {
         None
+    }
+
+    /// Take what this node kept of the store across its restarts (see `recall.rs`), before
+    /// the store is used.
+    fn recall(&self, recalled: &Recalled) {
+        let _ = recalled;
+    }
+
+    /// What this node knows of the store now, to keep across its restarts (`None`: nothing
+    /// outlives this process, as in a store in it).
+    fn recollection(&self) -> Option<Recalled> {
+        None
+    }
+
+    /// Check that the store is the one this node knew (its id, its counter against what the
+    /// node saw), between changes: a loss found is kept for [`take_loss`]. A store in this
+    /// process cannot lose anything behind the node's back.
+    ///
+    /// [`take_loss`]: RemoteStore::take_loss
+    async fn check(&self) -> Result<(), StoreError> {
+        Ok(())
     }
 }
 
@@ -227,6 +273,15 @@ pub struct StoreLoss {
     pub counter: u64,
     /// The greatest counter value seen in it before.
     pub seen: u64,
+    /// What was found, for the row.
+    pub found: &'static str,
+}
+
+impl StoreLoss {
+    /// What a counter found below the one seen says.
+    pub const COUNTER_BACK: &'static str = "the store's version counter went back";
+    /// What a store found without its id says (restarted empty, flushed).
+    pub const ID_GONE: &'static str = "the store's id was gone: it restarted empty or was flushed";
 }
 
 /// Subjects of one kind in a remote store, their changes recorded in a trail.
@@ -240,6 +295,8 @@ pub struct Remote<T: RemoteSubject> {
     /// One dual write at a time per subject, so that rows finish in the order the store
     /// applied them (see `order.rs`).
     locks: SubjectLocks,
+    /// Drifts this process reported and could not publish, each reported once.
+    reported: drift::Reported,
 }
 
 impl<T: RemoteSubject> Clone for Remote<T> {
@@ -249,6 +306,7 @@ impl<T: RemoteSubject> Clone for Remote<T> {
             trail: self.trail.clone(),
             gate: self.gate.clone(),
             locks: self.locks.clone(),
+            reported: self.reported.clone(),
         }
     }
 }
@@ -261,6 +319,7 @@ impl<T: RemoteSubject> Remote<T> {
             trail,
             gate: Gate::default(),
             locks: SubjectLocks::default(),
+            reported: drift::Reported::default(),
         }
     }
 

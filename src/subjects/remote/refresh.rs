@@ -161,6 +161,7 @@ impl<T: RemoteSubject> Remote<T> {
                 known: Some(known.clone()),
                 stamp: Some(found.stamp),
                 snapshot: None,
+                reason: None,
             },
         })
     }
@@ -196,6 +197,7 @@ pub(crate) fn offer<T: RemoteSubject>(
         known,
         stamp: Some(stamp),
         snapshot: None,
+        reason: None,
     })
 }
 

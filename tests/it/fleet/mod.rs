@@ -7,6 +7,7 @@
 //! all, at the end of the topic, bootstraps from snapshots to the same state.
 
 pub(crate) mod procs;
+mod redis_failures;
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -24,21 +25,26 @@ use crate::support::redis::RedisServer;
 use crate::support::schemas;
 use procs::{free_port, NodeProc, Proc, Shared};
 
-const SECRET: &str = "whsec_dGhlIHJlY2VpdmVyJ3Mga2V5LCAzMiBieXRlcyBsb25n";
+pub(crate) const SECRET: &str = "whsec_dGhlIHJlY2VpdmVyJ3Mga2V5LCAzMiBieXRlcyBsb25n";
 const ROUTES: u32 = 8;
 const SOURCES: u32 = 4;
 /// How long the topic stays quiet before its reader has read it all.
-const QUIET: Duration = Duration::from_secs(5);
+pub(crate) const QUIET: Duration = Duration::from_secs(5);
 
 /// `ops` random changes through `node`'s API: routes shared with the other node, sources of
 /// its own. Refusals (409, 404), and errors while a node is down, are part of the schedule.
-async fn write(url: String, seed: u64, ops: usize) -> usize {
+pub(crate) async fn write(url: String, seed: u64, ops: usize) -> usize {
+    acked(url, seed, ops).await.len()
+}
+
+/// [`write`], answering the `X-Audit-Seq` of every change the node acknowledged.
+pub(crate) async fn acked(url: String, seed: u64, ops: usize) -> Vec<u64> {
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .build()
         .unwrap();
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut applied = 0;
+    let mut applied = Vec::new();
     for i in 0..ops {
         let route = rng.random_bool(0.7);
         let (plural, n) = if route {
@@ -62,13 +68,17 @@ async fn write(url: String, seed: u64, ops: usize) -> usize {
             request = request.json(&body);
         }
         if let Ok(r) = request.send().await {
-            applied += usize::from(r.headers().contains_key("x-audit-seq"));
+            let seq = r
+                .headers()
+                .get("x-audit-seq")
+                .and_then(|s| s.to_str().ok()?.parse::<u64>().ok());
+            applied.extend(seq);
         }
     }
     applied
 }
 
-fn new(route: bool, id: &str, i: usize) -> serde_json::Value {
+pub(crate) fn new(route: bool, id: &str, i: usize) -> serde_json::Value {
     match route {
         true => json!({"id": id, "source": "s1", "destination": format!("https://a.test/{i}")}),
         false => {
@@ -77,7 +87,7 @@ fn new(route: bool, id: &str, i: usize) -> serde_json::Value {
     }
 }
 
-fn patch(route: bool, seed: u64, i: usize) -> serde_json::Value {
+pub(crate) fn patch(route: bool, seed: u64, i: usize) -> serde_json::Value {
     match route {
         true => json!({"destination": format!("https://b.test/{seed}/{i}")}),
         false => json!({"config": {"seed": seed, "i": i}}),
@@ -85,7 +95,7 @@ fn patch(route: bool, seed: u64, i: usize) -> serde_json::Value {
 }
 
 /// Writers on both nodes at once.
-async fn both(a: &NodeProc, b: &NodeProc, seed: u64, ops: usize) -> usize {
+pub(crate) async fn both(a: &NodeProc, b: &NodeProc, seed: u64, ops: usize) -> usize {
     let (x, y) = tokio::join!(
         write(a.url.clone(), seed, ops),
         write(b.url.clone(), seed + 1, ops)
@@ -95,7 +105,7 @@ async fn both(a: &NodeProc, b: &NodeProc, seed: u64, ops: usize) -> usize {
 
 /// `ankusa follow verify` of `replica` against `node`, for the shared store and the node's
 /// own: whether they are equal, and what it printed.
-fn verify(replica: &Path, node: &NodeProc, shared: &str) -> (bool, String) {
+pub(crate) fn verify(replica: &Path, node: &NodeProc, shared: &str) -> (bool, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_ankusa"))
         .args(["follow", "verify", "--replica"])
         .arg(replica)
@@ -110,7 +120,7 @@ fn verify(replica: &Path, node: &NodeProc, shared: &str) -> (bool, String) {
 }
 
 /// What `replica` holds of `store`: the keys of the subjects that exist, sorted.
-fn held(replica: &Path, store: &str) -> Vec<String> {
+pub(crate) fn held(replica: &Path, store: &str) -> Vec<String> {
     let file: serde_json::Value =
         serde_json::from_slice(&std::fs::read(replica).expect("the replica file")).unwrap();
     let subjects = file["replica"]["subjects"][store].as_object().cloned();
@@ -125,7 +135,7 @@ fn held(replica: &Path, store: &str) -> Vec<String> {
 }
 
 /// What `node`'s API lists in tenant t1 under `plural`, as replica keys, sorted.
-async fn listed(node: &NodeProc, plural: &str) -> Vec<String> {
+pub(crate) async fn listed(node: &NodeProc, plural: &str) -> Vec<String> {
     let page = node
         .get(&format!("/admin/v1/tenants/t1/{plural}?limit=1000"))
         .await;
@@ -138,7 +148,7 @@ async fn listed(node: &NodeProc, plural: &str) -> Vec<String> {
 }
 
 /// Wait until `replica` equals both nodes' state.
-async fn converged(what: &str, replica: &Path, nodes: [&NodeProc; 2], shared: &str) {
+pub(crate) async fn converged(what: &str, replica: &Path, nodes: [&NodeProc; 2], shared: &str) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
         let differences: Vec<String> = nodes
@@ -160,7 +170,13 @@ async fn converged(what: &str, replica: &Path, nodes: [&NodeProc; 2], shared: &s
 }
 
 /// The Kafka follower of `topic` in group `group` into `out`.
-fn kafka_follower(dir: &Path, brokers: &str, topic: &str, group: &str, extra: &[&str]) -> Proc {
+pub(crate) fn kafka_follower(
+    dir: &Path,
+    brokers: &str,
+    topic: &str,
+    group: &str,
+    extra: &[&str],
+) -> Proc {
     let out = dir.join(format!("{group}.json"));
     let mut args: Vec<String> = ["follow", "kafka", "--brokers", brokers, "--topic", topic]
         .iter()
@@ -201,6 +217,7 @@ async fn schedule(seed: u64) {
     follower.start();
     let shared = Shared {
         redis_url: &redis.url(),
+        routes: "",
         brokers: &broker.address,
         topic,
         hook_url: &hook_url,

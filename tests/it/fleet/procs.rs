@@ -87,6 +87,8 @@ pub struct NodeProc {
 /// What the nodes of a fleet share: Redis, the broker and topic, the webhook follower.
 pub struct Shared<'a> {
     pub redis_url: &'a str,
+    /// More `[routes]` settings (Sentinel, replicas), as TOML lines.
+    pub routes: &'a str,
     pub brokers: &'a str,
     pub topic: &'a str,
     pub hook_url: &'a str,
@@ -116,6 +118,7 @@ tokens = [{{ name = "fleet", sha256 = "{digest}", scopes = ["admin:read", "admin
 [routes]
 store = "redis"
 redis_url = "{redis}"
+{routes}
 
 [settlement]
 interval = "200ms"
@@ -140,6 +143,7 @@ retry = {{ initial = "20ms", max = "200ms", max_retry_after = "200ms" }}
             backups = backups.display(),
             digest = digest_hex(ADMIN),
             redis = shared.redis_url,
+            routes = shared.routes,
             brokers = shared.brokers,
             topic = shared.topic,
             hook = shared.hook_url,

@@ -4,4 +4,5 @@
 mod kafka_broker;
 mod kafka_mock;
 pub(crate) mod publisher;
-mod snapshot;
+mod shared_store;
+pub(crate) mod snapshot;

@@ -18,17 +18,17 @@ use serde_json::{json, Value};
 const SNAPSHOT: &str = "/admin/v1/lifecycle/snapshot";
 
 /// A node that publishes to a file sink in its data dir.
-fn with_file_sink(v: &mut Value) {
+pub(crate) fn with_file_sink(v: &mut Value) {
     let path = v["node"]["data_dir"].as_str().unwrap().to_owned() + "/events.jsonl";
     v["lifecycle"]["sinks"] = json!(["file"]);
     v["lifecycle"]["sink"]["file"]["path"] = json!(path);
 }
 
-fn events_path(node: &TestNode) -> PathBuf {
+pub(crate) fn events_path(node: &TestNode) -> PathBuf {
     node.data_dir().join("events.jsonl")
 }
 
-async fn create_route(node: &TestNode, tenant: &str, id: &str) {
+pub(crate) async fn create_route(node: &TestNode, tenant: &str, id: &str) {
     let body = json!({"id": id, "source": "s1", "destination": "https://example.test/x"});
     let path = format!("/admin/v1/tenants/{tenant}/routes");
     let r = node.call(Method::POST, &path, ADMIN, Some(body)).await;
@@ -36,7 +36,7 @@ async fn create_route(node: &TestNode, tenant: &str, id: &str) {
 }
 
 /// The events of the file sink once `check` holds of them, each held to its schema.
-async fn events_until(path: &Path, check: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+pub(crate) async fn events_until(path: &Path, check: impl Fn(&[Value]) -> bool) -> Vec<Value> {
     let read = async || {
         let events = read_events(path);
         check(&events).then_some(events)
@@ -47,17 +47,17 @@ async fn events_until(path: &Path, check: impl Fn(&[Value]) -> bool) -> Vec<Valu
     events
 }
 
-fn of_type<'a>(events: &'a [Value], ty: &str) -> Vec<&'a Value> {
+pub(crate) fn of_type<'a>(events: &'a [Value], ty: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["type"] == ty).collect()
 }
 
-fn version(e: &Value) -> u64 {
+pub(crate) fn version(e: &Value) -> u64 {
     e["subjectversion"].as_str().unwrap().parse().unwrap()
 }
 
 /// What a consumer that follows the rule (`ankusa::replica`) holds after `events`, as
 /// `(partitionkey, entity)`.
-fn present(events: &[Value]) -> BTreeMap<String, Value> {
+pub(crate) fn present(events: &[Value]) -> BTreeMap<String, Value> {
     let mut replica = ankusa::replica::Replica::default();
     for e in events {
         let event: cloudevents::Event = serde_json::from_value(e.clone()).expect("a CloudEvent");

@@ -9,11 +9,12 @@
 pub(crate) mod api;
 mod config;
 mod fleet;
-mod sentinel;
+pub(crate) mod sentinel;
 pub(crate) mod settle;
 pub(crate) mod sources_redis;
 mod stores;
 mod versions;
+mod versions_props;
 
 use crate::support::eventually;
 use std::sync::Arc;

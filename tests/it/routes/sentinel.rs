@@ -13,14 +13,17 @@ use crate::support::eventually;
 use crate::support::redis::{RedisServer, SentinelServer};
 
 /// A command's reply from the server on `port` (a fresh connection).
-async fn ask<T: redis::FromRedisValue>(port: u16, cmd: &redis::Cmd) -> redis::RedisResult<T> {
+pub(crate) async fn ask<T: redis::FromRedisValue>(
+    port: u16,
+    cmd: &redis::Cmd,
+) -> redis::RedisResult<T> {
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
     let mut conn = client.get_multiplexed_async_connection().await?;
     cmd.query_async(&mut conn).await
 }
 
 /// Wait until `replica` follows its primary.
-async fn in_sync(replica: &RedisServer) {
+pub(crate) async fn in_sync(replica: &RedisServer) {
     let linked = async || {
         let info: redis::RedisResult<String> =
             ask(replica.port, redis::cmd("INFO").arg("replication")).await;
@@ -30,7 +33,7 @@ async fn in_sync(replica: &RedisServer) {
 }
 
 /// The role (`master`, `slave`) of the server on `port`.
-async fn role(port: u16) -> Option<String> {
+pub(crate) async fn role(port: u16) -> Option<String> {
     let reply: redis::RedisResult<Vec<redis::Value>> = ask(port, &redis::cmd("ROLE")).await;
     match reply.ok()?.first()? {
         redis::Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
@@ -56,6 +59,7 @@ async fn the_store_follows_the_primary_through_a_failover() {
         sentinel_password: None,
         min_replicas: 0,
         min_replicas_timeout: Duration::ZERO,
+        fleet_secret: "",
     })
     .unwrap();
     let Cas::Written(created) = store
@@ -125,6 +129,7 @@ async fn min_replicas_acknowledges_only_what_a_replica_holds() {
         sentinel_password: None,
         min_replicas: 1,
         min_replicas_timeout: Duration::from_millis(300),
+        fleet_secret: "",
     })
     .unwrap();
     let dir = tempfile::tempdir().unwrap();

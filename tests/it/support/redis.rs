@@ -77,6 +77,21 @@ impl RedisServer {
         );
     }
 
+    /// Kill it and start it again with no data (a restart without persistence): its
+    /// replicas then copy the empty data set.
+    pub fn restart_empty(&mut self) {
+        self.stop();
+        for entry in std::fs::read_dir(self.dir.path()).expect("redis dir") {
+            let path = entry.expect("an entry").path();
+            if path.is_dir() {
+                std::fs::remove_dir_all(&path).expect("remove the AOF dir");
+            } else {
+                std::fs::remove_file(&path).expect("remove a data file");
+            }
+        }
+        self.restart();
+    }
+
     /// Spawn redis-server on `self.port` and wait until it answers as this test's server.
     fn launch(&mut self) -> bool {
         self.stop();

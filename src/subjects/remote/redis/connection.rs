@@ -3,7 +3,7 @@
 //! after one fails.
 
 use std::marker::PhantomData;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::RwLock;
 use std::time::Duration;
 
@@ -11,11 +11,13 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::Script;
 
-use super::scripts::{DELETE, PUT};
+use super::drift::Signer;
+use super::scripts::{ADOPT, DELETE, PUT, UNMARK};
 use super::RedisStore;
 use crate::config::RedisSettings;
 use crate::store::StoreError;
-use crate::subjects::remote::RemoteSubject;
+use crate::subjects::remote::{RemoteSubject, StoreLoss};
+use crate::telemetry;
 
 /// Where the store finds its server.
 pub(super) enum Server {
@@ -69,6 +71,7 @@ impl<T: RemoteSubject> RedisStore<T> {
             sentinel_password: None,
             min_replicas: 0,
             min_replicas_timeout: Duration::ZERO,
+            fleet_secret: "",
         })
     }
 
@@ -114,9 +117,13 @@ impl<T: RemoteSubject> RedisStore<T> {
             connecting: tokio::sync::Mutex::new(()),
             put: Script::new(PUT),
             delete: Script::new(DELETE),
+            adopt: Script::new(ADOPT),
+            unmark: Script::new(UNMARK),
+            signer: Signer::new(settings.fleet_secret),
             floor: AtomicU64::new(0),
             counted: AtomicU64::new(0),
             lost: std::sync::Mutex::new(None),
+            known: std::sync::Mutex::new(None),
             kind: PhantomData,
         })
     }
@@ -154,9 +161,19 @@ impl<T: RemoteSubject> RedisStore<T> {
                 ErrorKind::Server(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown)
             );
         if moved && matches!(self.server, Server::Sentinel(_)) {
-            *self.conn.write().unwrap_or_else(|p| p.into_inner()) = None;
+            self.disconnect();
         }
         unavailable(e)
+    }
+
+    /// Drop the connection: the next call connects again (and checks the store's id).
+    pub(super) fn disconnect(&self) {
+        *self.conn.write().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// `<prefix>store_id`.
+    pub(super) fn id_key(&self) -> String {
+        format!("{}store_id", self.prefix)
     }
 
     /// The client of the server to connect to: `redis_url`'s, or the primary the sentinels
@@ -193,20 +210,62 @@ impl<T: RemoteSubject> RedisStore<T> {
         Ok((made, name))
     }
 
-    /// The store's id: the one the first node to connect set, whoever that was.
+    /// The store's id: the one the first node to connect set, whoever that was. A store
+    /// without one that this node knew lost its data (restarted empty, flushed): it gets the
+    /// known id back, so that its name stays, and the loss is noted. A store with another
+    /// id than the known one is another store.
     async fn store_id(&self, mut conn: ConnectionManager) -> Result<String, StoreError> {
-        let key = format!("{}store_id", self.prefix);
-        let (id,): (String,) = redis::pipe()
-            .cmd("SET")
-            .arg(&key)
-            .arg(uuid::Uuid::new_v4().to_string())
-            .arg("NX")
-            .ignore()
-            .cmd("GET")
-            .arg(&key)
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| self.failed(e))?;
+        let known = self.known.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let offered = known
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let seen = self.counted.load(Ordering::Relaxed);
+        let fingerprint = self.signer.fingerprint(T::KIND);
+        let (set, id, counter, fleet): (Option<String>, String, Option<u64>, String) =
+            redis::pipe()
+                .atomic()
+                .cmd("SET")
+                .arg(self.id_key())
+                .arg(&offered)
+                .arg("NX")
+                .cmd("GET")
+                .arg(self.id_key())
+                .cmd("GET")
+                .arg(self.counter_key())
+                .cmd("SET")
+                .arg(self.fleet_key())
+                .arg(&fingerprint)
+                .arg("NX")
+                .ignore()
+                .cmd("GET")
+                .arg(self.fleet_key())
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| self.failed(e))?;
+        if fleet != fingerprint {
+            // Every subject this node read would look drifted, and every one it wrote would
+            // look drifted to the others.
+            return Err(StoreError::Unavailable(format!(
+                "redis: this node's {}s fleet_secret is not the one the store's other nodes use",
+                T::KIND
+            )));
+        }
+        let name = format!("redis:{id}");
+        let counter = counter.unwrap_or(0);
+        match known {
+            // Unless the loss was found already (its counter went back, and changes since
+            // took it to what this process saw again).
+            Some(_) if set.is_some() && (counter < seen || seen == 0) => {
+                self.lost(&name, counter, seen, StoreLoss::ID_GONE);
+            }
+            Some(known) if known != id => {
+                telemetry::remote::store_renamed(T::KIND, &known, &id);
+                // Another store's counter: what was seen in the known one says nothing of it.
+                self.counted.store(counter, Ordering::Relaxed);
+            }
+            _ => self.counter_read(&name, counter, seen),
+        }
+        *self.known.lock().unwrap_or_else(|p| p.into_inner()) = Some(id.clone());
         Ok(id)
     }
 }

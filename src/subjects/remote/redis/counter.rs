@@ -9,16 +9,18 @@ use crate::audit::Stamp;
 use crate::subjects::remote::{RemoteSubject, StoreLoss};
 use crate::telemetry;
 
-/// The store's version now, from its counter and its clock (`TIME`: seconds, microseconds):
-/// every version issued so far is at or below it (a version is at least the clock in
-/// microseconds when it is issued), and every later one above, even if the counter was lost.
-pub(super) fn store_version(counter: Option<u64>, (seconds, micros): (u64, u64)) -> u64 {
-    counter
-        .unwrap_or(0)
-        .max(seconds.saturating_mul(1_000_000).saturating_add(micros))
-}
-
 impl<T: RemoteSubject> RedisStore<T> {
+    /// The store's version now, from its counter, its clock (`TIME`: seconds, microseconds)
+    /// and this node's floor: every version issued so far is at or below it (a version is
+    /// at least the clock in microseconds when it is issued, and every one this node saw is
+    /// at or below its floor), and every later one above, even if the counter was lost.
+    pub(super) fn store_version(&self, counter: Option<u64>, (seconds, micros): (u64, u64)) -> u64 {
+        counter
+            .unwrap_or(0)
+            .max(seconds.saturating_mul(1_000_000).saturating_add(micros))
+            .max(self.floor.load(Ordering::Relaxed))
+    }
+
     /// Note what a write script's `reply` says of the counter: the value `INCR` found, which
     /// is above `seen` (the counter this process had seen when it sent the script) unless
     /// Redis lost data.
@@ -45,17 +47,24 @@ impl<T: RemoteSubject> RedisStore<T> {
     pub(super) fn counter_read(&self, name: &str, counter: u64, seen: u64) {
         self.counted.fetch_max(counter, Ordering::Relaxed);
         if counter < seen {
-            let loss = StoreLoss {
-                store: name.to_owned(),
-                counter,
-                seen,
-            };
-            telemetry::remote::store_lost(T::KIND, &loss.store, counter, seen);
-            let mut lost = self.lost.lock().unwrap_or_else(|p| p.into_inner());
-            lost.get_or_insert(loss);
-            // What is seen from now on is what the store holds now.
-            self.counted.store(counter, Ordering::Relaxed);
+            self.lost(name, counter, seen, StoreLoss::COUNTER_BACK);
         }
+    }
+
+    /// Keep a loss of the store named `name` for [`take_loss`](super::RemoteStore::take_loss)
+    /// (the first one, until it is taken): its counter is `counter` now, after `seen`.
+    pub(super) fn lost(&self, name: &str, counter: u64, seen: u64, found: &'static str) {
+        let loss = StoreLoss {
+            store: name.to_owned(),
+            counter,
+            seen,
+            found,
+        };
+        telemetry::remote::store_lost(T::KIND, &loss.store, counter, seen, found);
+        let mut lost = self.lost.lock().unwrap_or_else(|p| p.into_inner());
+        lost.get_or_insert(loss);
+        // What is seen from now on is what the store holds now.
+        self.counted.store(counter, Ordering::Relaxed);
     }
 
     /// `stamp` of the store named `name`, raising the floor to its version.

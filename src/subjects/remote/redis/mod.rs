@@ -5,7 +5,9 @@
 //! Layout, under the configured prefix (`ankusa:` by default), `<kind>` being `route` or
 //! `source`:
 //! - `<prefix><kind>:{<tenant>}:<id>`: a hash, `rev` (the store-kept revision), `ver` (the
-//!   version of the change that wrote it) and `json` (the subject; its `revision` is `rev`);
+//!   version of the change that wrote it), `json` (the subject; its `revision` is `rev`),
+//!   `mac` (its MAC under the fleet's secret, see `drift.rs`) and, while the rows of a drift
+//!   the node adopted are not yet written, `drift`;
 //! - `<prefix><kind>s:{<tenant>}`: a sorted set of the tenant's ids (all at score 0, so that
 //!   `ZRANGEBYLEX` pages them in id order);
 //! - `<prefix><kind>:version`: the kind's version counter, which every change increments in
@@ -13,7 +15,10 @@
 //!   floor (the greatest version it issued or read): a Redis that lost its data (a failover,
 //!   a restart without persistence, an old backup) issues no version it published before;
 //! - `<prefix>store_id`: a random id, set by the first node to connect, that names the store
-//!   in events (`redis:<id>`): every node of a fleet sharing the Redis names it alike;
+//!   in events (`redis:<id>`): every node of a fleet sharing the Redis names it alike, and a
+//!   node gives a Redis that lost it the id it knew (see `recall.rs`);
+//! - `<prefix><kind>:fleet`: what the fleet's secret signs a fixed text to, set by the first
+//!   node to connect: a node with another secret is refused at its connection;
 //! - `<prefix>fence:<token>`: set for a day when settlement reads back a change whose write
 //!   did not answer; that change's script (`token` names it) is then refused if it still
 //!   arrives, on a connection since replaced.
@@ -36,6 +41,7 @@
 
 mod connection;
 mod counter;
+mod drift;
 mod scripts;
 
 use std::marker::PhantomData;
@@ -47,9 +53,9 @@ use redis::aio::ConnectionManager;
 use redis::Script;
 
 use self::connection::Server;
-use self::counter::store_version;
 use self::scripts::{cas, FENCE_SECS};
-use super::{Cas, Found, RemoteStore, RemoteSubject, StoreLoss, Versioned};
+use super::drift::{DriftPage, Drifted};
+use super::{Cas, Found, Recalled, RemoteStore, RemoteSubject, StoreLoss, Versioned};
 use crate::audit::{Stamp, State};
 use crate::store::StoreError;
 
@@ -72,6 +78,11 @@ pub struct RedisStore<T> {
     connecting: tokio::sync::Mutex<()>,
     put: Script,
     delete: Script,
+    adopt: Script,
+    unmark: Script,
+    /// The fleet's secret as an HMAC key: every write signs the subject's JSON with it (the
+    /// hash's `mac`), and the drift check holds what it finds against it.
+    signer: drift::Signer,
     /// The greatest version this process has issued or read: every write script takes it as
     /// a floor, so a Redis that lost its counter (a failover, a restart without persistence,
     /// an old backup) never issues a version this node has seen again.
@@ -82,6 +93,9 @@ pub struct RedisStore<T> {
     /// A loss found and not yet taken by [`RemoteStore::take_loss`]; a std mutex, held to
     /// set or take it.
     lost: std::sync::Mutex<Option<StoreLoss>>,
+    /// The store's id as this node knows it (kept across restarts, see `recall.rs`): given
+    /// back to a Redis that lost it, so that the store keeps its name.
+    known: std::sync::Mutex<Option<String>>,
     kind: PhantomData<fn() -> T>,
 }
 
@@ -284,7 +298,7 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
         self.counter_read(&name, counter.unwrap_or(0), seen);
         let version = match &subject {
             Some(s) => s.version,
-            None => store_version(counter, time),
+            None => self.store_version(counter, time),
         };
         Ok(Found {
             subject,
@@ -365,7 +379,7 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
             .await
             .map_err(|e| self.failed(e))?;
         self.counter_read(&name, counter.unwrap_or(0), seen);
-        Ok(self.seen(&name, store_version(counter, time)))
+        Ok(self.seen(&name, self.store_version(counter, time)))
     }
 
     async fn put(
@@ -402,7 +416,8 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
             .key(self.fence_key(token))
             .arg(expected)
             .arg(subject.id())
-            .arg(json);
+            .arg(&json)
+            .arg(self.mac(subject.tenant(), subject.id(), &json));
         self.write(&key, &mut invocation).await
     }
 
@@ -424,8 +439,61 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
         self.write(&key, &mut invocation).await
     }
 
+    async fn drift_page(&self, cursor: u64, count: usize) -> Result<DriftPage<T>, StoreError> {
+        self.scan_drift(cursor, count).await
+    }
+
+    async fn adopt(&self, drifted: &Drifted<T>) -> Result<Option<Stamp>, StoreError> {
+        self.adopt_drift(drifted).await
+    }
+
+    async fn unmark(&self, drifted: &Drifted<T>, version: u64) -> Result<(), StoreError> {
+        self.unmark_drift(drifted, version).await
+    }
+
     fn take_loss(&self) -> Option<StoreLoss> {
         self.lost.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    fn recall(&self, recalled: &Recalled) {
+        self.floor.fetch_max(recalled.floor, Ordering::Relaxed);
+        if let Some(id) = recalled
+            .store
+            .as_deref()
+            .and_then(|s| s.strip_prefix("redis:"))
+        {
+            *self.known.lock().unwrap_or_else(|p| p.into_inner()) = Some(id.to_owned());
+        }
+    }
+
+    fn recollection(&self) -> Option<Recalled> {
+        let known = self.known.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        Some(Recalled {
+            store: known.map(|id| format!("redis:{id}")),
+            floor: self.floor.load(Ordering::Relaxed),
+        })
+    }
+
+    async fn check(&self) -> Result<(), StoreError> {
+        let (mut conn, name) = self.conn().await?;
+        let seen = self.counted.load(Ordering::Relaxed);
+        let (id, counter): (Option<String>, Option<u64>) = redis::pipe()
+            .atomic()
+            .cmd("GET")
+            .arg(self.id_key())
+            .cmd("GET")
+            .arg(self.counter_key())
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.failed(e))?;
+        if id.is_some_and(|id| name.strip_prefix("redis:") == Some(&id)) {
+            self.counter_read(&name, counter.unwrap_or(0), seen);
+            return Ok(());
+        }
+        // Not the store the connection was made to: connect again, which gives a store that
+        // lost its id the known one back (and notes the loss), or names another store.
+        self.disconnect();
+        self.conn().await.map(|_| ())
     }
 
     async fn fence(&self, token: &str) -> Result<(), StoreError> {

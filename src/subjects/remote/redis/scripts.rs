@@ -23,7 +23,9 @@ end
     };
 }
 
-/// Write a subject if it is at the expected version (-1: absent), at the next version.
+/// Write a subject if it is at the expected version (-1: absent), at the next version, with
+/// its MAC (`ARGV[4]`, see `drift.rs`); a drift mark left on it goes (this write's event
+/// tells consumers the present).
 /// Replies `{1, version, counter}` (the counter as `INCR` found it, before the floors), or
 /// `{0, revision, 0}` on a conflict, or `{2, 0, 0}` when its change was
 /// fenced (`KEYS[4]` exists: settlement read the subject back without it). A hash written
@@ -41,10 +43,11 @@ local want = tonumber(ARGV[1])
 if (want < 0 and exists) or (want >= 0 and (not exists or ver ~= want)) then
   return {0, rev, 0}
 end
-local floor = tonumber(ARGV[4])
+local floor = tonumber(ARGV[5])
 "#,
     next_version!(),
-    r#"redis.call('HSET', KEYS[1], 'rev', rev + 1, 'ver', n, 'json', ARGV[3])
+    r#"redis.call('HSET', KEYS[1], 'rev', rev + 1, 'ver', n, 'json', ARGV[3], 'mac', ARGV[4])
+redis.call('HDEL', KEYS[1], 'drift')
 redis.call('ZADD', KEYS[2], 0, ARGV[2])
 return {1, n, counted}
 "#
@@ -69,6 +72,33 @@ redis.call('ZREM', KEYS[2], ARGV[2])
 return {1, n, counted}
 "#
 );
+
+/// Adopt a subject the drift check found (see `drift.rs`) if it is still as found (`rev`
+/// `ARGV[1]`, `json` `ARGV[2]`, `mac` `ARGV[6]`, empty for none: a pass that adopted it
+/// meanwhile signed it): at the next version, with the JSON that says its revision
+/// (`ARGV[3]`) and its MAC (`ARGV[4]`), marked `drift` until its rows are written, and in its
+/// tenant's index (`ARGV[5]`: its id). Replies as `PUT` (`{0, rev, 0}`: changed meanwhile).
+pub(super) const ADOPT: &str = concat!(
+    r#"
+local f = redis.call('HMGET', KEYS[1], 'rev', 'ver', 'json', 'mac')
+if f[1] ~= ARGV[1] or f[3] ~= ARGV[2] or (f[4] or '') ~= ARGV[6] then
+  return {0, tonumber(f[1]) or 0, 0}
+end
+local ver = tonumber(f[2]) or 0
+local floor = tonumber(ARGV[7])
+"#,
+    next_version!(),
+    r#"redis.call('HSET', KEYS[1], 'ver', n, 'json', ARGV[3], 'mac', ARGV[4], 'drift', '1')
+redis.call('ZADD', KEYS[2], 0, ARGV[5])
+return {1, n, counted}
+"#
+);
+
+/// Drop a subject's drift mark if it is still at version `ARGV[1]`: its rows are written.
+pub(super) const UNMARK: &str = r#"
+if redis.call('HGET', KEYS[1], 'ver') == ARGV[1] then redis.call('HDEL', KEYS[1], 'drift') end
+return 0
+"#;
 
 /// A write script's reply as the compare-and-set's outcome.
 pub(super) fn cas(

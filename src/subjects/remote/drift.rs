@@ -1,0 +1,259 @@
+//! The drift check: every subject in a shared store held to what the fleet wrote, so that a
+//! change made around Ankusa (a hand edit with `redis-cli`, a key made by hand, a copy from
+//! another store) is in the trail and reaches the replicas.
+//!
+//! Each write signs the subject with the fleet's secret (see `redis/drift.rs`); a pass scans
+//! every subject of the kind, whichever node wrote it, and for each one found otherwise:
+//!
+//! 1. adopts it in the store at a new version, if it is still as found (a compare-and-set:
+//!    of nodes checking at once, one adopts it), marked until its rows are written;
+//! 2. writes a system row `<kind>.drift` (the MAC the fleet's write left, the MAC of what is
+//!    there, the version found; its `after_hash` the state found) and a `<kind>.refresh` row
+//!    (`detail.reason = "drift"`) whose `refreshed` event carries the state at the new
+//!    version, so that every replica takes it by the contract's rule;
+//! 3. drops the mark. A crash before that leaves it: the next pass writes the rows again.
+//!
+//! A subject whose JSON is not one (or names another revision than the store's) cannot be
+//! published: it gets its drift row once per process, no event, and replicas keep its last
+//! state. Passes run every `verify_interval` and on demand (`POST /admin/v1/stores/verify`).
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::Value;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::{present, resource, Remote, RemoteSubject};
+use crate::audit::{Change, CommitError, Context, Refresh, Stamp};
+use crate::store::StoreError;
+use crate::telemetry;
+
+/// Hashes scanned per page.
+pub const PAGE: usize = 1000;
+
+/// A subject the scan found otherwise than the fleet wrote it.
+#[derive(Debug, Clone)]
+pub struct Drifted<T> {
+    /// Its tenant.
+    pub tenant: String,
+    /// Its id.
+    pub id: String,
+    /// The subject its JSON is (`None`: not one of this kind, or of another revision).
+    pub subject: Option<T>,
+    /// Its revision as stored.
+    pub rev: Option<String>,
+    /// Its JSON as stored.
+    pub json: Option<String>,
+    /// The version stored beside it.
+    pub version: u64,
+    /// The MAC stored beside it (what the fleet's last write of it signed).
+    pub expected: Option<String>,
+    /// The MAC of what is there.
+    pub actual: String,
+    /// Adopted already, its rows not yet written (a pass cut short).
+    pub marked: bool,
+}
+
+/// One page of a drift scan.
+#[derive(Debug)]
+pub struct DriftPage<T> {
+    /// Where the next page starts (0: the scan is done).
+    pub next: u64,
+    /// Subjects scanned.
+    pub scanned: u64,
+    /// Those found drifted.
+    pub drifted: Vec<Drifted<T>>,
+}
+
+impl<T> Default for DriftPage<T> {
+    fn default() -> Self {
+        DriftPage {
+            next: 0,
+            scanned: 0,
+            drifted: Vec::new(),
+        }
+    }
+}
+
+/// What one pass over a kind found.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// The kind.
+    pub kind: &'static str,
+    /// Subjects scanned.
+    pub scanned: u64,
+    /// Subjects found drifted.
+    pub drifted: u64,
+    /// Drifts published (adopted, rows written).
+    pub published: u64,
+    /// How long the pass took, ms.
+    pub elapsed_ms: u64,
+}
+
+/// A kind the drift check covers.
+#[async_trait::async_trait]
+pub trait Verifiable: Send + Sync {
+    /// Its kind.
+    fn kind(&self) -> &'static str;
+    /// One pass over every subject of the kind.
+    async fn verify(&self) -> Result<Report, StoreError>;
+}
+
+/// Drifts already reported that cannot be published, per process: (tenant, id, MAC found).
+pub(crate) type Reported = Arc<Mutex<HashSet<(String, String, String)>>>;
+
+#[async_trait::async_trait]
+impl<T: RemoteSubject> Verifiable for Remote<T> {
+    fn kind(&self) -> &'static str {
+        T::KIND
+    }
+
+    async fn verify(&self) -> Result<Report, StoreError> {
+        let started = Instant::now();
+        let mut report = Report {
+            kind: T::KIND,
+            ..Report::default()
+        };
+        let mut cursor = 0;
+        loop {
+            let page = self.store.drift_page(cursor, PAGE).await?;
+            report.scanned += page.scanned;
+            for drifted in page.drifted {
+                report.drifted += 1;
+                if self.drifted(drifted).await? {
+                    report.published += 1;
+                }
+            }
+            cursor = page.next;
+            if cursor == 0 {
+                break;
+            }
+        }
+        report.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        telemetry::remote::drift_checked(&report);
+        Ok(report)
+    }
+}
+
+impl<T: RemoteSubject> Remote<T> {
+    /// Handle one drifted subject under its lock (this node's own changes of it wait): adopt
+    /// it, write its rows, drop its mark. Whether its refreshed event was written.
+    async fn drifted(&self, d: Drifted<T>) -> Result<bool, StoreError> {
+        let _held = self.locks.lock(&d.tenant, &d.id).await;
+        let Some(subject) = d.subject.clone() else {
+            let seen = (d.tenant.clone(), d.id.clone(), d.actual.clone());
+            if self
+                .reported
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&seen)
+            {
+                return Ok(false);
+            }
+            let store = self.store.version().await?.store;
+            self.drift_row(&d, store, None).await?;
+            self.reported
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(seen);
+            return Ok(false);
+        };
+        let stamp = if d.marked {
+            let store = self.store.version().await?.store;
+            Stamp {
+                version: d.version,
+                store,
+            }
+        } else {
+            match self.store.adopt(&d).await? {
+                Some(stamp) => stamp,
+                // Changed meanwhile (a change, or another node adopted it).
+                None => return Ok(false),
+            }
+        };
+        let mut subject = subject;
+        if let Some(rev) = d.rev.as_deref().and_then(|r| r.parse().ok()) {
+            subject.set_revision(rev);
+        }
+        let present = present(&subject)?;
+        self.drift_row(&d, stamp.store.clone(), Some(present.state.clone()))
+            .await?;
+        self.trail
+            .refresh(Refresh {
+                kind: T::KIND.to_owned(),
+                tenant: d.tenant.clone(),
+                resource: resource::<T>(&d.id),
+                present: Some(present),
+                revision: Some(subject.revision()),
+                stamp: Some(stamp.clone()),
+                snapshot: None,
+                reason: Some("drift"),
+                known: None,
+            })
+            .await?;
+        self.store.unmark(&d, stamp.version).await?;
+        Ok(true)
+    }
+
+    /// The system row `<kind>.drift` of `d`, found in the store named `store`; its
+    /// `after_hash` the state found, when it is one.
+    async fn drift_row(
+        &self,
+        d: &Drifted<T>,
+        store: Option<String>,
+        found: Option<Value>,
+    ) -> Result<(), StoreError> {
+        let change = Change::new(format!("{}.drift", T::KIND), resource::<T>(&d.id))
+            .tenant(d.tenant.clone())
+            .detail("store", store)
+            .detail("version", d.version)
+            .detail("expected_mac", d.expected.clone())
+            .detail("found_mac", d.actual.clone())
+            .detail("readable", found.is_some())
+            .states(None, found);
+        telemetry::remote::drift_found(T::KIND, &d.tenant, &d.id, d.version);
+        self.trail
+            .commit(Context::system(), move |_| {
+                Ok::<_, CommitError<()>>((change, ()))
+            })
+            .await
+            .map(|_| ())
+            .map_err(|e: CommitError<()>| match e {
+                CommitError::AuditBacklog => StoreError::Unavailable(
+                    "the drift row: the trail is at its backlog ceiling".into(),
+                ),
+                _ => StoreError::Unavailable("the drift row could not be written".into()),
+            })
+    }
+}
+
+/// Run a pass over `kind` every `interval` (never when it is zero) until `stop`; a pass that
+/// fails is logged and tried again at the next interval.
+pub fn watch(
+    kind: Arc<dyn Verifiable>,
+    interval: Duration,
+    stop: CancellationToken,
+) -> Option<JoinHandle<()>> {
+    if interval.is_zero() {
+        return None;
+    }
+    Some(tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = stop.cancelled() => return,
+            }
+            tokio::select! {
+                done = kind.verify() => {
+                    if let Err(e) = done {
+                        telemetry::remote::drift_failed(kind.kind(), &e, interval);
+                    }
+                }
+                _ = stop.cancelled() => return,
+            }
+        }
+    }))
+}
