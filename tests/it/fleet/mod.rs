@@ -139,7 +139,9 @@ pub(crate) async fn listed(node: &NodeProc, plural: &str) -> Vec<String> {
     let page = node
         .get(&format!("/admin/v1/tenants/t1/{plural}?limit=1000"))
         .await;
-    let items = page["items"].as_array().expect("a page").iter();
+    let Some(items) = page["items"].as_array().map(|i| i.iter()) else {
+        panic!("not a page of {plural} from {}: {page}", node.url);
+    };
     let mut keys: Vec<String> = items
         .map(|s| format!("t1/{plural}/{}", s["id"].as_str().unwrap()))
         .collect();

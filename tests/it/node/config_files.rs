@@ -15,6 +15,10 @@ fn with_compose_secret() {
         format!("{PREFIX}LIFECYCLE__SINK__WEBHOOK__SECRETS"),
         r#"["whsec_dGhlIHJlY2VpdmVyJ3Mga2V5LCAzMiBieXRlcyBsb25n"]"#,
     );
+    std::env::set_var(
+        format!("{PREFIX}ROUTES__FLEET_SECRET"),
+        "the fleet's secret",
+    );
 }
 
 #[test]
@@ -61,4 +65,6 @@ fn compose_config_publishes_to_kafka_and_the_webhook_receiver() {
         webhook.secrets,
         vec!["whsec_dGhlIHJlY2VpdmVyJ3Mga2V5LCAzMiBieXRlcyBsb25n".to_owned()]
     );
+    // The routes in Redis are signed with the secret compose gives every node.
+    assert_eq!(config.routes.fleet_secret, "the fleet's secret");
 }

@@ -77,10 +77,12 @@ impl RedisServer {
         );
     }
 
-    /// Kill it and start it again with no data (a restart without persistence): its
-    /// replicas then copy the empty data set.
+    /// Kill it and start it again with no data (a restart without persistence), as a primary
+    /// (a promoted replica's configuration, rewritten by Sentinel, says so): its replicas then
+    /// copy the empty data set.
     pub fn restart_empty(&mut self) {
         self.stop();
+        self.replica_of = None;
         for entry in std::fs::read_dir(self.dir.path()).expect("redis dir") {
             let path = entry.expect("an entry").path();
             if path.is_dir() {
