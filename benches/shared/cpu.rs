@@ -3,6 +3,9 @@
 //! On a busy machine the rates swing with the neighbours and the disk; CPU per change is the
 //! steadier figure.
 
+// Each bench includes this file and uses some of it.
+#![allow(dead_code)]
+
 use std::time::Duration;
 
 /// Linux's `USER_HZ`: `/proc` counts CPU time in ticks of 10 ms.

@@ -32,7 +32,7 @@ use ankusa::config::RedisSettings;
 use ankusa::store::Store;
 use ankusa::subjects::remote::drift::Verifiable;
 use ankusa::subjects::remote::redis::RedisStore;
-use ankusa::subjects::remote::{Cas, Remote, RemoteStore};
+use ankusa::subjects::remote::{Cas, Remote};
 use ankusa::subjects::routes::{Route, RouteStore};
 
 use crate::env::{env, part};
