@@ -13,6 +13,10 @@
 //!    version, so that every replica takes it by the contract's rule;
 //! 3. drops the mark. A crash before that leaves it: the next pass writes the rows again.
 //!
+//! A subject deleted by hand (its hash gone, its id still in its tenant's index) gets its drift
+//! row and a refresh row whose event says it is gone, at the store's version read with its
+//! absence, then leaves the index; a crash before that only repeats the rows.
+//!
 //! A subject whose JSON is not one (or names another revision than the store's) cannot be
 //! published: it gets its drift row once per process, no event, and replicas keep its last
 //! state. Passes run every `verify_interval` and on demand (`POST /admin/v1/stores/verify`).
@@ -27,7 +31,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::{present, resource, Remote, RemoteSubject};
-use crate::audit::{Change, CommitError, Context, Refresh, Stamp};
+use crate::audit::{Change, CommitError, Context, Known, Refresh, Stamp};
 use crate::store::StoreError;
 use crate::telemetry;
 
@@ -132,6 +136,26 @@ impl<T: RemoteSubject> Verifiable for Remote<T> {
                 break;
             }
         }
+        // Subjects deleted by hand: listed in their tenant's index, their hash gone.
+        for tenant in self.store.tenants().await? {
+            let mut after: Option<String> = None;
+            loop {
+                let (gone, last) = self
+                    .store
+                    .gone_page(&tenant, after.as_deref(), PAGE)
+                    .await?;
+                for id in gone {
+                    report.drifted += 1;
+                    if self.drifted_gone(&tenant, &id).await? {
+                        report.published += 1;
+                    }
+                }
+                match last {
+                    Some(last) => after = Some(last),
+                    None => break,
+                }
+            }
+        }
         report.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         telemetry::remote::drift_checked(&report);
         Ok(report)
@@ -198,6 +222,49 @@ impl<T: RemoteSubject> Remote<T> {
         Ok(true)
     }
 
+    /// Handle subject `id` of `tenant`, listed in its index with its hash gone, under its
+    /// lock: read its absence and the store's version in one step (a change that makes it
+    /// again takes a greater one), write its drift row and a refresh row whose event tells
+    /// replicas it is gone, then drop it from the index. Whether the event was written.
+    async fn drifted_gone(&self, tenant: &str, id: &str) -> Result<bool, StoreError> {
+        let _held = self.locks.lock(tenant, id).await;
+        let found = self.store.get(tenant, id).await?;
+        if found.subject.is_some() {
+            return Ok(false);
+        }
+        let d = Drifted::<T> {
+            tenant: tenant.to_owned(),
+            id: id.to_owned(),
+            subject: None,
+            rev: None,
+            json: None,
+            version: found.stamp.version,
+            expected: None,
+            actual: String::new(),
+            marked: false,
+        };
+        let change = self
+            .drift_change(&d, found.stamp.store.clone(), None)
+            .detail("gone", true);
+        self.commit_drift(change).await?;
+        self.trail
+            .refresh(Refresh {
+                kind: T::KIND.to_owned(),
+                tenant: tenant.to_owned(),
+                resource: resource::<T>(id),
+                present: None,
+                revision: None,
+                stamp: Some(found.stamp),
+                snapshot: None,
+                reason: Some("drift"),
+                // Whatever the trail last said of it, replicas are told it is gone.
+                known: Some(Known::Unknown),
+            })
+            .await?;
+        self.store.unindex(tenant, id).await?;
+        Ok(true)
+    }
+
     /// The system row `<kind>.drift` of `d`, found in the store named `store`; its
     /// `after_hash` the state found, when it is one.
     async fn drift_row(
@@ -206,15 +273,26 @@ impl<T: RemoteSubject> Remote<T> {
         store: Option<String>,
         found: Option<Value>,
     ) -> Result<(), StoreError> {
-        let change = Change::new(format!("{}.drift", T::KIND), resource::<T>(&d.id))
+        let change = self.drift_change(d, store, found);
+        self.commit_drift(change).await
+    }
+
+    /// The change of `d`'s drift row.
+    fn drift_change(&self, d: &Drifted<T>, store: Option<String>, found: Option<Value>) -> Change {
+        telemetry::remote::drift_found(T::KIND, &d.tenant, &d.id, d.version);
+        let actual = Some(d.actual.clone()).filter(|mac| !mac.is_empty());
+        Change::new(format!("{}.drift", T::KIND), resource::<T>(&d.id))
             .tenant(d.tenant.clone())
             .detail("store", store)
             .detail("version", d.version)
             .detail("expected_mac", d.expected.clone())
-            .detail("found_mac", d.actual.clone())
+            .detail("found_mac", actual)
             .detail("readable", found.is_some())
-            .states(None, found);
-        telemetry::remote::drift_found(T::KIND, &d.tenant, &d.id, d.version);
+            .states(None, found)
+    }
+
+    /// Commit a drift row, a system row.
+    async fn commit_drift(&self, change: Change) -> Result<(), StoreError> {
         self.trail
             .commit(Context::system(), move |_| {
                 Ok::<_, CommitError<()>>((change, ()))

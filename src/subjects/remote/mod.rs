@@ -15,6 +15,7 @@ mod gate;
 pub mod loss;
 pub mod memory;
 mod order;
+mod pages;
 pub mod recall;
 pub mod redis;
 pub mod refresh;
@@ -226,6 +227,25 @@ pub trait RemoteStore<T: RemoteSubject>: Send + Sync + std::fmt::Debug {
         Ok(())
     }
 
+    /// The ids of a page of `tenant`'s subjects after `after` (about `count`) that its index
+    /// lists and that are gone (deleted around the node), and the last id looked at (`None`:
+    /// done). A store in this process keeps no index apart from its subjects.
+    async fn gone_page(
+        &self,
+        tenant: &str,
+        after: Option<&str>,
+        count: usize,
+    ) -> Result<(Vec<String>, Option<String>), StoreError> {
+        let _ = (tenant, after, count);
+        Ok((Vec::new(), None))
+    }
+
+    /// Drop `id` from `tenant`'s index if it is still gone: its drift rows are written.
+    async fn unindex(&self, tenant: &str, id: &str) -> Result<(), StoreError> {
+        let _ = (tenant, id);
+        Ok(())
+    }
+
     /// Refuse, from now on, the write of the change `token` names, wherever it still is (a
     /// write that timed out may sit on a connection that was replaced, and land later).
     /// Settlement calls it before it reads the subject back: a write that lands after the
@@ -378,65 +398,6 @@ impl<T: RemoteSubject> Remote<T> {
             .map(|s| view(&s.subject))
             .collect::<Result<_, _>>()?;
         Ok(Page { items, next })
-    }
-}
-
-impl<T: RemoteSubject> Remote<T> {
-    /// A walk over every subject of every tenant, `page` at a time, each at the version the
-    /// store listed it at: how a restore's refresh and a snapshot read the store.
-    pub(crate) async fn pages(&self, page: usize) -> Result<Pages<'_, T>, StoreError> {
-        Ok(Pages {
-            remote: self,
-            store: self.store.version().await?.store,
-            tenants: self.store.tenants().await?.into(),
-            after: None,
-            page: page.max(1),
-        })
-    }
-}
-
-/// Every subject of a remote store, a page at a time ([`Remote::pages`]).
-pub(crate) struct Pages<'a, T: RemoteSubject> {
-    remote: &'a Remote<T>,
-    /// The store's name, for the stamps.
-    store: Option<String>,
-    /// The tenants left, the one being read first.
-    tenants: std::collections::VecDeque<String>,
-    /// The last id read of the first tenant (`None`: from its start).
-    after: Option<String>,
-    page: usize,
-}
-
-impl<T: RemoteSubject> Pages<'_, T> {
-    /// The next page, with its tenant; `None` at the end.
-    pub(crate) async fn next(&mut self) -> Result<Option<(String, Vec<(T, Stamp)>)>, StoreError> {
-        while let Some(tenant) = self.tenants.front().cloned() {
-            let store = &self.remote.store;
-            let listed = store
-                .list(&tenant, self.after.as_deref(), self.page)
-                .await?;
-            if listed.len() < self.page {
-                self.tenants.pop_front();
-                self.after = None;
-            } else {
-                self.after = listed.last().map(|s| s.subject.id().to_owned());
-            }
-            if listed.is_empty() {
-                continue;
-            }
-            let stamped = listed
-                .into_iter()
-                .map(|found| {
-                    let stamp = Stamp {
-                        version: found.version,
-                        store: self.store.clone(),
-                    };
-                    (found.subject, stamp)
-                })
-                .collect();
-            return Ok(Some((tenant, stamped)));
-        }
-        Ok(None)
     }
 }
 

@@ -36,16 +36,17 @@ fn rows_of<'a>(rows: &'a [Value], action: &str) -> Vec<&'a Value> {
     rows.iter().filter(|r| r["action"] == action).collect()
 }
 
-/// Three routes changed in Redis by hand: r1's destination edited, r2's JSON broken, r3 made
-/// from nothing. The drift check finds all three; r1 and r3 are adopted at versions above
-/// every earlier one, each with a `route.drift` row and a `route.refresh` row (reason
-/// `drift`) whose event a replica takes; r2 cannot be published and gets its drift row once.
-/// A second check finds only r2 again, and writes nothing.
+/// Four routes changed in Redis by hand: r1's destination edited, r2's JSON broken, r3 made
+/// from nothing, r4's hash deleted. The drift check finds all four; r1 and r3 are adopted at
+/// versions above every earlier one and r4 is published gone, each with a `route.drift` row
+/// and a `route.refresh` row (reason `drift`) whose event a replica takes; r2 cannot be
+/// published and gets its drift row once. A second check finds only r2 again, and writes
+/// nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn routes_changed_in_redis_by_hand_are_recorded_and_published() {
     let redis = RedisServer::start();
     let node = TestNode::start_with(on_redis(redis.url())).await;
-    for id in ["r1", "r2"] {
+    for id in ["r1", "r2", "r4"] {
         create_route(&node, "t1", id).await;
     }
     let clean = node.call(Method::POST, VERIFY, ADMIN, None).await;
@@ -53,7 +54,7 @@ async fn routes_changed_in_redis_by_hand_are_recorded_and_published() {
     let report = &clean.json()["kinds"][0];
     assert_eq!(
         (report["kind"].clone(), report["scanned"].clone()),
-        (json!("route"), json!(2))
+        (json!("route"), json!(3))
     );
     assert_eq!(report["drifted"], 0, "what the fleet wrote is not drift");
 
@@ -95,13 +96,18 @@ async fn routes_changed_in_redis_by_hand_are_recorded_and_published() {
         .query_async(&mut conn)
         .await
         .unwrap();
+    let () = redis::cmd("DEL")
+        .arg(key("r4"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
 
     let found = node.call(Method::POST, VERIFY, ADMIN, None).await;
     assert_eq!(found.status, StatusCode::OK, "{}", found.text);
     let report = &found.json()["kinds"][0];
     assert_eq!(
         (&report["scanned"], &report["drifted"], &report["published"]),
-        (&json!(3), &json!(3), &json!(2)),
+        (&json!(3), &json!(4), &json!(3)),
         "{report}"
     );
     let rows = node.rows().await;
@@ -110,7 +116,12 @@ async fn routes_changed_in_redis_by_hand_are_recorded_and_published() {
         .map(|r| {
             assert_eq!(r["actor"], "system");
             assert!(r["detail"]["store"].as_str().unwrap().starts_with("redis:"));
-            assert_eq!(r["detail"]["found_mac"].as_str().unwrap().len(), 64);
+            // A gone subject has nothing to sign.
+            let gone = r["detail"]["gone"] == true;
+            assert_eq!(r["detail"]["found_mac"].is_null(), gone, "{r}");
+            if !gone {
+                assert_eq!(r["detail"]["found_mac"].as_str().unwrap().len(), 64);
+            }
             let readable = r["detail"]["readable"].as_bool().unwrap();
             assert_eq!(readable, r["after_hash"].is_string(), "{r}");
             let signed = r["detail"]["expected_mac"].is_string();
@@ -124,14 +135,15 @@ async fn routes_changed_in_redis_by_hand_are_recorded_and_published() {
             ("routes/r1".to_owned(), true, true),
             ("routes/r2".to_owned(), false, true),
             ("routes/r3".to_owned(), true, false),
+            ("routes/r4".to_owned(), false, false),
         ]
     );
     let refreshed: Vec<&Value> = rows_of(&rows, "route.refresh");
-    assert_eq!(refreshed.len(), 2, "{refreshed:?}");
+    assert_eq!(refreshed.len(), 3, "{refreshed:?}");
     assert!(refreshed.iter().all(|r| r["detail"]["reason"] == "drift"));
 
     let events = events_until(&events_path(&node), |e| {
-        of_type(e, "io.ankusa.route.refreshed").len() == 2
+        of_type(e, "io.ankusa.route.refreshed").len() == 3
     })
     .await;
     let created = of_type(&events, "io.ankusa.route.created");
@@ -142,8 +154,14 @@ async fn routes_changed_in_redis_by_hand_are_recorded_and_published() {
             "adopted above every version: {e}"
         );
     }
-    // A replica holds what Redis holds for r1 and r3, and r2 as the fleet last wrote it.
+    // A replica holds what Redis holds for r1 and r3, r2 as the fleet last wrote it, and
+    // not r4.
     let held = present(&events);
+    assert!(!held.contains_key("t1/routes/r4"), "{held:?}");
+    let gone = node
+        .call(Method::GET, "/admin/v1/tenants/t1/routes/r4", READER, None)
+        .await;
+    assert_eq!(gone.status, StatusCode::NOT_FOUND);
     assert_eq!(
         held["t1/routes/r1"]["destination"],
         "https://example.test/by-hand"
@@ -179,7 +197,7 @@ async fn routes_changed_in_redis_by_hand_are_recorded_and_published() {
     let rows = node.rows().await;
     assert_eq!(
         rows_of(&rows, "route.drift").len(),
-        3,
+        4,
         "r2's drift is recorded once"
     );
     node.stop().await;

@@ -12,7 +12,7 @@ use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServer
 use redis::Script;
 
 use super::drift::Signer;
-use super::scripts::{ADOPT, DELETE, PUT, UNMARK};
+use super::scripts::{ADOPT, DELETE, GONE, PUT, UNINDEX, UNMARK};
 use super::RedisStore;
 use crate::config::RedisSettings;
 use crate::store::StoreError;
@@ -119,6 +119,8 @@ impl<T: RemoteSubject> RedisStore<T> {
             delete: Script::new(DELETE),
             adopt: Script::new(ADOPT),
             unmark: Script::new(UNMARK),
+            gone: Script::new(GONE),
+            unindex: Script::new(UNINDEX),
             signer: Signer::new(settings.fleet_secret),
             floor: AtomicU64::new(0),
             counted: AtomicU64::new(0),

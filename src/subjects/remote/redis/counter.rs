@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 
 use super::{stamp, RedisStore};
 use crate::audit::Stamp;
+use crate::store::StoreError;
 use crate::subjects::remote::{RemoteSubject, StoreLoss};
 use crate::telemetry;
 
@@ -71,5 +72,29 @@ impl<T: RemoteSubject> RedisStore<T> {
     pub(super) fn seen(&self, name: &str, version: u64) -> Stamp {
         self.floor.fetch_max(version, Ordering::Relaxed);
         stamp(name, version)
+    }
+
+    /// [`RemoteStore::check`](crate::subjects::remote::RemoteStore::check): the store's id
+    /// and counter against what this process knew.
+    pub(super) async fn check_store(&self) -> Result<(), StoreError> {
+        let (mut conn, name) = self.conn().await?;
+        let seen = self.counted.load(Ordering::Relaxed);
+        let (id, counter): (Option<String>, Option<u64>) = redis::pipe()
+            .atomic()
+            .cmd("GET")
+            .arg(self.id_key())
+            .cmd("GET")
+            .arg(self.counter_key())
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.failed(e))?;
+        if id.is_some_and(|id| name.strip_prefix("redis:") == Some(&id)) {
+            self.counter_read(&name, counter.unwrap_or(0), seen);
+            return Ok(());
+        }
+        // Not the store the connection was made to: connect again, which gives a store that
+        // lost its id the known one back (and notes the loss), or names another store.
+        self.disconnect();
+        self.conn().await.map(|_| ())
     }
 }

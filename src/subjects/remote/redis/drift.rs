@@ -1,6 +1,7 @@
 //! The Redis store's half of the drift check (see `remote/drift.rs`): every write signs the
 //! subject's JSON with the fleet's secret (the hash's `mac`), a scan holds every subject's hash
-//! against it, and a subject found otherwise is adopted at a new version.
+//! against it, and a subject found otherwise is adopted at a new version; a second pass finds
+//! the ids a tenant's index lists whose hash is gone (deleted by hand).
 //!
 //! What no node of the fleet wrote carries no MAC that matches: a hand edit of the JSON or of
 //! `rev`, a hash made by hand, a copy from another store. A node whose secret differs from the
@@ -82,7 +83,7 @@ impl<T: RemoteSubject> RedisStore<T> {
         let (mut conn, _) = self.conn().await?;
         let pattern = format!(
             "{}*",
-            super::glob_escape(&[&self.prefix, T::KIND, ":{"].concat())
+            super::read::glob_escape(&[&self.prefix, T::KIND, ":{"].concat())
         );
         let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
             .arg(cursor)
@@ -191,6 +192,42 @@ impl<T: RemoteSubject> RedisStore<T> {
             Cas::Written(stamp) => Ok(Some(stamp)),
             Cas::Conflict { .. } => Ok(None),
         }
+    }
+
+    /// The ids of a page of `tenant`'s index after `after` whose subject is gone (deleted
+    /// around the fleet), and the last id looked at (`None`: the index is done).
+    pub(super) async fn scan_gone(
+        &self,
+        tenant: &str,
+        after: Option<&str>,
+        count: usize,
+    ) -> Result<(Vec<String>, Option<String>), StoreError> {
+        let (mut conn, _) = self.conn().await?;
+        let from = after.map_or_else(|| "-".to_owned(), |a| format!("({a}"));
+        let stem = [&self.prefix, T::KIND, ":{", tenant, "}:"].concat();
+        let (last, gone): (String, Vec<String>) = self
+            .gone
+            .key(self.index_key(tenant))
+            .arg(from)
+            .arg(count.max(1))
+            .arg(stem)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.failed(e))?;
+        Ok((gone, Some(last).filter(|l| !l.is_empty())))
+    }
+
+    /// Drop `id` from `tenant`'s index if its subject is still gone: its rows are written.
+    pub(super) async fn drop_gone(&self, tenant: &str, id: &str) -> Result<(), StoreError> {
+        let (mut conn, _) = self.conn().await?;
+        self.unindex
+            .key(self.key(tenant, id))
+            .key(self.index_key(tenant))
+            .arg(id)
+            .invoke_async::<i64>(&mut conn)
+            .await
+            .map_err(|e| self.failed(e))?;
+        Ok(())
     }
 
     /// Drop the drift mark of `drifted`, adopted at `version`: its rows are written.

@@ -42,6 +42,7 @@
 mod connection;
 mod counter;
 mod drift;
+mod read;
 mod scripts;
 
 use std::marker::PhantomData;
@@ -53,6 +54,7 @@ use redis::aio::ConnectionManager;
 use redis::Script;
 
 use self::connection::Server;
+use self::read::{decode, read_fields, Fields};
 use self::scripts::{cas, FENCE_SECS};
 use super::drift::{DriftPage, Drifted};
 use super::{Cas, Found, Recalled, RemoteStore, RemoteSubject, StoreLoss, Versioned};
@@ -80,6 +82,8 @@ pub struct RedisStore<T> {
     delete: Script,
     adopt: Script,
     unmark: Script,
+    gone: Script,
+    unindex: Script,
     /// The fleet's secret as an HMAC key: every write signs the subject's JSON with it (the
     /// hash's `mac`), and the drift check holds what it finds against it.
     signer: drift::Signer,
@@ -181,55 +185,12 @@ impl<T: RemoteSubject> RedisStore<T> {
     }
 }
 
-/// `s` with Redis's glob characters escaped, to match itself in a `SCAN MATCH` pattern.
-fn glob_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
-}
-
 /// The stamp of version `version` of the store named `name`.
 fn stamp(name: &str, version: u64) -> Stamp {
     Stamp {
         version,
         store: Some(name.to_owned()),
     }
-}
-
-/// A stored hash's `rev`, `ver` and `json`.
-type Fields = (Option<u64>, Option<u64>, Option<String>);
-
-/// The read of a stored hash's [`Fields`].
-fn read_fields(key: &str) -> redis::Cmd {
-    let mut cmd = redis::cmd("HMGET");
-    cmd.arg(key).arg("rev").arg("ver").arg("json");
-    cmd
-}
-
-/// A stored hash as a subject; the store's `rev` is the truth. A hash written before versions
-/// existed is at version 0.
-fn decode<T: RemoteSubject>(
-    key: &str,
-    (rev, ver, json): Fields,
-) -> Result<Option<Versioned<T>>, StoreError> {
-    let (Some(rev), Some(json)) = (rev, json) else {
-        return Ok(None);
-    };
-    let mut subject: T = serde_json::from_str(&json).map_err(|e| StoreError::Corrupt {
-        what: key.to_owned(),
-        detail: e.to_string(),
-    })?;
-    subject.set_revision(rev);
-    Ok(Some(Versioned {
-        subject,
-        version: ver.unwrap_or(0),
-        state: None,
-    }))
 }
 
 #[async_trait::async_trait]
@@ -239,33 +200,7 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
     }
 
     async fn tenants(&self) -> Result<Vec<String>, StoreError> {
-        // A tenant has an index key while it has a subject (Redis drops an emptied sorted
-        // set). SCAN walks the keyspace in bounded steps and may repeat a key: a set.
-        let stem = self.index_stem();
-        let pattern = format!("{}*}}", glob_escape(&stem));
-        let (mut conn, _) = self.conn().await?;
-        let mut tenants = std::collections::BTreeSet::new();
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| self.failed(e))?;
-            for key in keys {
-                if let Some(tenant) = key.strip_prefix(&stem).and_then(|k| k.strip_suffix('}')) {
-                    tenants.insert(tenant.to_owned());
-                }
-            }
-            if next == 0 {
-                return Ok(tenants.into_iter().collect());
-            }
-            cursor = next;
-        }
+        self.read_tenants().await
     }
 
     async fn get(&self, tenant: &str, id: &str) -> Result<Found<T>, StoreError> {
@@ -322,49 +257,7 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Vec<Versioned<T>>, StoreError> {
-        let (mut conn, _) = self.conn().await?;
-        let mut subjects = Vec::with_capacity(limit.min(1024));
-        let mut after = after.map(str::to_owned);
-        // An id the index lists may be deleted before its hash is read: it is not there, and
-        // the index is read on past it so that a page is short only at the end of the tenant.
-        while subjects.len() < limit {
-            let want = limit - subjects.len();
-            let min = after
-                .as_ref()
-                .map_or_else(|| "-".to_owned(), |a| format!("({a}"));
-            let ids: Vec<String> = redis::cmd("ZRANGEBYLEX")
-                .arg(self.index_key(tenant))
-                .arg(min)
-                .arg("+")
-                .arg("LIMIT")
-                .arg(0)
-                .arg(want)
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| self.failed(e))?;
-            let Some(last) = ids.last().cloned() else {
-                break;
-            };
-            let mut pipe = redis::pipe();
-            for id in &ids {
-                pipe.add_command(read_fields(&self.key(tenant, id)));
-            }
-            let found: Vec<Fields> = pipe
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| self.failed(e))?;
-            for (id, fields) in ids.iter().zip(found) {
-                if let Some(subject) = decode(&self.key(tenant, id), fields)? {
-                    self.floor.fetch_max(subject.version, Ordering::Relaxed);
-                    subjects.push(subject);
-                }
-            }
-            if ids.len() < want {
-                break;
-            }
-            after = Some(last);
-        }
-        Ok(subjects)
+        self.read_list(tenant, after, limit).await
     }
 
     async fn version(&self) -> Result<Stamp, StoreError> {
@@ -451,6 +344,19 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
         self.unmark_drift(drifted, version).await
     }
 
+    async fn gone_page(
+        &self,
+        tenant: &str,
+        after: Option<&str>,
+        count: usize,
+    ) -> Result<(Vec<String>, Option<String>), StoreError> {
+        self.scan_gone(tenant, after, count).await
+    }
+
+    async fn unindex(&self, tenant: &str, id: &str) -> Result<(), StoreError> {
+        self.drop_gone(tenant, id).await
+    }
+
     fn take_loss(&self) -> Option<StoreLoss> {
         self.lost.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
@@ -475,25 +381,7 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
     }
 
     async fn check(&self) -> Result<(), StoreError> {
-        let (mut conn, name) = self.conn().await?;
-        let seen = self.counted.load(Ordering::Relaxed);
-        let (id, counter): (Option<String>, Option<u64>) = redis::pipe()
-            .atomic()
-            .cmd("GET")
-            .arg(self.id_key())
-            .cmd("GET")
-            .arg(self.counter_key())
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| self.failed(e))?;
-        if id.is_some_and(|id| name.strip_prefix("redis:") == Some(&id)) {
-            self.counter_read(&name, counter.unwrap_or(0), seen);
-            return Ok(());
-        }
-        // Not the store the connection was made to: connect again, which gives a store that
-        // lost its id the known one back (and notes the loss), or names another store.
-        self.disconnect();
-        self.conn().await.map(|_| ())
+        self.check_store().await
     }
 
     async fn fence(&self, token: &str) -> Result<(), StoreError> {
@@ -510,16 +398,5 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
             .query_async::<()>(&mut conn)
             .await
             .map_err(|e| self.failed(e))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::glob_escape;
-
-    #[test]
-    fn a_prefix_matches_only_itself_in_a_scan_pattern() {
-        assert_eq!(glob_escape("ankusa:routes:{"), "ankusa:routes:{");
-        assert_eq!(glob_escape(r"a*b?[c]\d"), r"a\*b\?\[c\]\\d");
     }
 }

@@ -100,6 +100,27 @@ if redis.call('HGET', KEYS[1], 'ver') == ARGV[1] then redis.call('HDEL', KEYS[1]
 return 0
 "#;
 
+/// The ids of a page of a tenant's index (`KEYS[1]`, from `ARGV[1]`, `ARGV[2]` of them) whose
+/// hash (`ARGV[3]` then the id) is gone: `{last id looked at, {gone ids}}`, the last empty at
+/// the end of the index. The hashes' keys are not declared: the store needs one Redis, not a
+/// Cluster (see the module above).
+pub(super) const GONE: &str = r#"
+local ids = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[1], '+', 'LIMIT', 0, tonumber(ARGV[2]))
+local gone = {}
+for _, id in ipairs(ids) do
+  if redis.call('EXISTS', ARGV[3] .. id) == 0 then table.insert(gone, id) end
+end
+local last = ''
+if #ids == tonumber(ARGV[2]) then last = ids[#ids] end
+return {last, gone}
+"#;
+
+/// Drop id `ARGV[1]` from its tenant's index (`KEYS[2]`) if its hash (`KEYS[1]`) is still gone.
+pub(super) const UNINDEX: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('ZREM', KEYS[2], ARGV[1]) end
+return 0
+"#;
+
 /// A write script's reply as the compare-and-set's outcome.
 pub(super) fn cas(
     key: &str,
