@@ -302,6 +302,8 @@ impl StoreLoss {
     pub const COUNTER_BACK: &'static str = "the store's version counter went back";
     /// What a store found without its id says (restarted empty, flushed).
     pub const ID_GONE: &'static str = "the store's id was gone: it restarted empty or was flushed";
+    /// What a store found with another id than the one the node knew says.
+    pub const RENAMED: &'static str = "the store's id is not the one this node knew: another store, or one emptied and named again by a node that did not know it";
 }
 
 /// Subjects of one kind in a remote store, their changes recorded in a trail.

@@ -299,6 +299,20 @@ async fn replicas_of_a_fleet_stay_exact_through_what_redis_does() {
             replica.signal("CONT");
         }
     }
+    // The change is on the primary: its row settles `ok`, and it is published.
+    let settled = async || {
+        let rows = a.get("/admin/v1/audit?resource=routes/hung&limit=10").await;
+        let rows = rows["rows"].as_array()?.clone();
+        rows.iter()
+            .any(|r| r["action"] == "route.create" && r["result"] == "ok")
+            .then_some(())
+    };
+    eventually(
+        "the 503'd change settled ok",
+        Duration::from_secs(20),
+        settled,
+    )
+    .await;
     acks.extend(both(&a, &b, 51, 30).await);
     in_step("after the replicas hung", &a, &b, outs, &store).await;
     recorded([&a, &b], &acks).await;

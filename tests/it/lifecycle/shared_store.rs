@@ -303,3 +303,53 @@ async fn a_node_started_on_an_emptied_redis_keeps_the_name_and_the_versions() {
     );
     node.stop().await;
 }
+
+/// A Redis emptied while its nodes were stopped, and named again by a node that never knew
+/// it: a node that knew it finds another id, records it as a loss (`route.store_loss`) and
+/// snapshots routes under the name the store has now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_named_again_by_a_new_node_is_a_loss_to_the_nodes_that_knew_it() {
+    let redis = RedisServer::start();
+    let mut conn = redis_conn(&redis.url()).await;
+    let knew = TestNode::start_with(on_redis(redis.url())).await;
+    create_route(&knew, "t1", "before").await;
+    let dir = knew.stop().await;
+    let () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
+    let fresh = TestNode::start_with(on_redis(redis.url())).await;
+    create_route(&fresh, "t1", "fresh").await;
+    fresh.stop().await;
+
+    let knew = TestNode::start_on(dir, on_redis(redis.url())).await;
+    let lost = async || {
+        let rows = knew.rows().await;
+        let lost: Vec<Value> = rows
+            .into_iter()
+            .filter(|r| r["action"] == "route.store_loss")
+            .collect();
+        (!lost.is_empty()).then_some(lost)
+    };
+    let lost = eventually("the loss's row", Duration::from_secs(10), lost).await;
+    let id: String = redis::cmd("GET")
+        .arg("ankusa:store_id")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(lost[0]["detail"]["store"], format!("redis:{id}"));
+    assert!(
+        lost[0]["detail"]["found"]
+            .as_str()
+            .unwrap()
+            .starts_with("the store's id is not the one this node knew"),
+        "{lost:?}"
+    );
+    let events = events_until(&events_path(&knew), |e| {
+        !of_type(e, "io.ankusa.snapshot.finished").is_empty()
+    })
+    .await;
+    let started = of_type(&events, "io.ankusa.snapshot.started");
+    assert_eq!(
+        started[0]["data"]["entity"]["stores"][0]["store"],
+        format!("redis:{id}")
+    );
+    knew.stop().await;
+}

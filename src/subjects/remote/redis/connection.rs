@@ -262,8 +262,9 @@ impl<T: RemoteSubject> RedisStore<T> {
             }
             Some(known) if known != id => {
                 telemetry::remote::store_renamed(T::KIND, &known, &id);
-                // Another store's counter: what was seen in the known one says nothing of it.
-                self.counted.store(counter, Ordering::Relaxed);
+                // What replicas hold under the known name may be gone: a loss, whose
+                // snapshot tells them the present under the new one.
+                self.lost(&name, counter, seen, StoreLoss::RENAMED);
             }
             _ => self.counter_read(&name, counter, seen),
         }
