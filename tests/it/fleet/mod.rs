@@ -171,6 +171,26 @@ pub(crate) async fn converged(what: &str, replica: &Path, nodes: [&NodeProc; 2],
     }
 }
 
+/// The webhook follower (`ankusa follow webhook`) on a free port, its replica in `dir`: the
+/// process, the URL the nodes send to, and the replica file.
+pub(crate) fn webhook_follower(dir: &Path) -> (Proc, String, std::path::PathBuf) {
+    let port = free_port();
+    let out = dir.join("webhook.json");
+    let args = [
+        "follow",
+        "webhook",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .chain(["--secret".into(), SECRET.into(), "--out".into()])
+    .chain([out.to_str().unwrap().to_owned()])
+    .collect();
+    let hook = Proc::new(args, dir.join("webhook.log"));
+    (hook, format!("http://127.0.0.1:{port}/"), out)
+}
+
 /// The Kafka follower of `topic` in group `group` into `out`.
 pub(crate) fn kafka_follower(
     dir: &Path,
@@ -198,22 +218,7 @@ async fn schedule(seed: u64) {
     let broker = Broker::start();
     let topic = "lifecycle";
     broker.create_topic(topic, 3).await;
-    let hook_port = free_port();
-    let hook_url = format!("http://127.0.0.1:{hook_port}/");
-    let webhook_out = dir.path().join("webhook.json");
-    let mut hook = Proc::new(
-        vec![
-            "follow".into(),
-            "webhook".into(),
-            "--listen".into(),
-            format!("127.0.0.1:{hook_port}"),
-            "--secret".into(),
-            SECRET.into(),
-            "--out".into(),
-            webhook_out.to_str().unwrap().into(),
-        ],
-        dir.path().join("webhook.log"),
-    );
+    let (mut hook, hook_url, webhook_out) = webhook_follower(dir.path());
     hook.start();
     let mut follower = kafka_follower(dir.path(), &broker.address, topic, "g1", &[]);
     follower.start();

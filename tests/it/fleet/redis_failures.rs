@@ -13,8 +13,8 @@ use ankusa_sinks::test_support::Broker;
 use reqwest::Method;
 use serde_json::Value;
 
-use super::procs::{free_port, NodeProc, Proc, Shared};
-use super::{acked, converged, kafka_follower, listed, QUIET, SECRET};
+use super::procs::{NodeProc, Shared};
+use super::{acked, converged, kafka_follower, listed, webhook_follower, QUIET, SECRET};
 use crate::routes::sentinel::{in_sync, role};
 use crate::support::eventually;
 use crate::support::node::ADMIN;
@@ -124,25 +124,7 @@ async fn replicas_of_a_fleet_stay_exact_through_what_redis_does() {
     let broker = Broker::start();
     let topic = "lifecycle";
     broker.create_topic(topic, 3).await;
-    let hook_port = free_port();
-    let hook_url = format!("http://127.0.0.1:{hook_port}/");
-    let webhook_out = dir.path().join("webhook.json");
-    let mut hook = Proc::new(
-        [
-            "follow",
-            "webhook",
-            "--listen",
-            &format!("127.0.0.1:{hook_port}"),
-            "--secret",
-            SECRET,
-            "--out",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([webhook_out.to_str().unwrap().to_owned()])
-        .collect(),
-        dir.path().join("webhook.log"),
-    );
+    let (mut hook, hook_url, webhook_out) = webhook_follower(dir.path());
     hook.start();
     let mut follower = kafka_follower(dir.path(), &broker.address, topic, "g1", &[]);
     follower.start();

@@ -2,15 +2,13 @@
 //! changes made in Redis around the fleet (the drift check), and a node started again on a
 //! Redis that lost everything meanwhile (what the node kept of the store: its name, its floor).
 
-use std::time::Duration;
-
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
 use super::snapshot::{
-    create_route, events_path, events_until, of_type, present, version, with_file_sink,
+    create_route, events_path, events_until, of_type, present, store_losses, version,
+    with_file_sink,
 };
-use crate::support::eventually;
 use crate::support::node::*;
 use crate::support::redis::RedisServer;
 
@@ -263,15 +261,7 @@ async fn a_node_started_on_an_emptied_redis_keeps_the_name_and_the_versions() {
     let url = redis.url();
     let node = TestNode::start_on(dir, on_redis(url)).await;
     create_route(&node, "t1", "after").await;
-    let lost = async || {
-        let rows = node.rows().await;
-        let lost: Vec<Value> = rows
-            .into_iter()
-            .filter(|r| r["action"] == "route.store_loss")
-            .collect();
-        (!lost.is_empty()).then_some(lost)
-    };
-    let lost = eventually("the loss's row", Duration::from_secs(10), lost).await;
+    let lost = store_losses(&node).await;
     assert_eq!(lost.len(), 1, "{lost:?}");
     assert_eq!(lost[0]["detail"]["store"], store);
     assert_eq!(
@@ -320,15 +310,7 @@ async fn a_store_named_again_by_a_new_node_is_a_loss_to_the_nodes_that_knew_it()
     fresh.stop().await;
 
     let knew = TestNode::start_on(dir, on_redis(redis.url())).await;
-    let lost = async || {
-        let rows = knew.rows().await;
-        let lost: Vec<Value> = rows
-            .into_iter()
-            .filter(|r| r["action"] == "route.store_loss")
-            .collect();
-        (!lost.is_empty()).then_some(lost)
-    };
-    let lost = eventually("the loss's row", Duration::from_secs(10), lost).await;
+    let lost = store_losses(&knew).await;
     let id: String = redis::cmd("GET")
         .arg("ankusa:store_id")
         .query_async(&mut conn)

@@ -47,6 +47,20 @@ pub(crate) async fn events_until(path: &Path, check: impl Fn(&[Value]) -> bool) 
     events
 }
 
+/// The `route.store_loss` rows of `node`, once there is one.
+pub(crate) async fn store_losses(node: &TestNode) -> Vec<Value> {
+    let rows = async || {
+        let lost: Vec<Value> = node
+            .rows()
+            .await
+            .into_iter()
+            .filter(|r| r["action"] == "route.store_loss")
+            .collect();
+        (!lost.is_empty()).then_some(lost)
+    };
+    eventually("the loss's row", Duration::from_secs(10), rows).await
+}
+
 pub(crate) fn of_type<'a>(events: &'a [Value], ty: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["type"] == ty).collect()
 }
@@ -383,15 +397,7 @@ async fn a_redis_that_lost_its_routes_is_recorded_and_snapshotted() {
     let () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
     create_route(&node, "t1", "after").await;
 
-    let rows = async || {
-        let rows = node.rows().await;
-        let lost: Vec<Value> = rows
-            .into_iter()
-            .filter(|r| r["action"] == "route.store_loss")
-            .collect();
-        (!lost.is_empty()).then_some(lost)
-    };
-    let lost = eventually("the loss's row", Duration::from_secs(10), rows).await;
+    let lost = store_losses(&node).await;
     assert_eq!(lost.len(), 1, "one row per loss: {lost:?}");
     assert_eq!(lost[0]["actor"], "system");
     assert_eq!(lost[0]["resource"], "stores/route");
