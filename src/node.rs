@@ -53,19 +53,20 @@ pub async fn serve(
         tree: config.audit.tree(),
         ..TrailOptions::default()
     };
-    let (trail, closing) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-        // The owner's only (0700): the trail, the token's digest and the outbox live here.
-        crate::store::owner_only::create_dir_all(&data_dir)
-            .with_context(|| format!("creating node.data_dir {}", data_dir.display()))?;
-        let store = Store::open(&data_dir)
-            .with_context(|| format!("opening the store at {}", data_dir.display()))?;
-        let closing = store.closing();
-        Ok((
-            Trail::start(store, options, Arc::new(SystemClock))?,
-            closing,
-        ))
-    })
-    .await??;
+    let (trail, closing) =
+        crate::store::blocking::run("opening the store", move || -> anyhow::Result<_> {
+            // The owner's only (0700): the trail, the token's digest and the outbox live here.
+            crate::store::owner_only::create_dir_all(&data_dir)
+                .with_context(|| format!("creating node.data_dir {}", data_dir.display()))?;
+            let store = Store::open(&data_dir)
+                .with_context(|| format!("opening the store at {}", data_dir.display()))?;
+            let closing = store.closing();
+            Ok((
+                Trail::start(store, options, Arc::new(SystemClock))?,
+                closing,
+            ))
+        })
+        .await??;
     let stop = CancellationToken::new();
     let retention = crate::audit::retention::spawn(trail.clone(), stop.clone());
     let checkpoints = trail.spawn_checkpoints(stop.clone());
@@ -111,7 +112,7 @@ async fn serve_on(
     let addr = listener.local_addr()?;
     let (api_config, data_dir) = (config.api.clone(), config.node.data_dir.clone());
     // With no token configured, the first start makes the admin token and prints it once.
-    let admin = tokio::task::spawn_blocking(move || {
+    let admin = crate::store::blocking::run("setting up the tokens", move || {
         AdminState::new(&api_config, &data_dir, &mut std::io::stdout().lock())
     })
     .await?

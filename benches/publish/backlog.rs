@@ -87,7 +87,7 @@ pub async fn drain(trail: &Trail, sink: Arc<dyn Sink>, name: &str) -> Run {
     };
     // Start from a store at rest: the compaction a fill leaves behind is not the publisher's.
     let store = trail.store().clone();
-    tokio::task::spawn_blocking(move || store.quiesce())
+    ankusa::store::blocking::run("a quiesce", move || store.quiesce())
         .await
         .unwrap()
         .unwrap();

@@ -95,7 +95,7 @@ async fn bare(brokers: &str, round: usize, n: u64) -> Run {
     let consumer = Arc::new(consumer);
     let metadata = {
         let consumer = consumer.clone();
-        tokio::task::spawn_blocking(move || {
+        ankusa::store::blocking::run("the topic's metadata", move || {
             consumer.fetch_metadata(Some(TOPIC), Duration::from_secs(10))
         })
         .await

@@ -21,6 +21,7 @@ use async_trait::async_trait;
 use cloudevents::event::ExtensionValue;
 pub use cloudevents::Event;
 
+mod blocking;
 pub mod config;
 mod encoding;
 pub mod file;

@@ -76,7 +76,8 @@ pub async fn get(
     ApiPath(seq): ApiPath<u64>,
 ) -> Result<Json<Value>, ApiError> {
     let store = state.trail.store().clone();
-    let row = tokio::task::spawn_blocking(move || audit::get(&store, seq)).await??;
+    let row =
+        crate::store::blocking::run("a row's read", move || audit::get(&store, seq)).await??;
     let row = row.ok_or_else(|| ApiError::NotFound(format!("no row with seq {seq}")))?;
     Ok(Json(json!(row)))
 }

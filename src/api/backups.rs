@@ -74,7 +74,7 @@ pub async fn create(
 async fn back_up_and_record(state: AppState, ctx: Context) -> Result<(BackupInfo, u64), ApiError> {
     let (store, dir) = (state.trail.store().clone(), state.backup_dir.clone());
     let now = SystemClock.now_ms();
-    let made = tokio::task::spawn_blocking(move || {
+    let made = crate::store::blocking::run("the backup", move || {
         let mut backups = BackupDir::create(&dir)?;
         let info = backups.back_up(&store, now)?;
         fail::fail_point!("api::backup_taken");
@@ -100,7 +100,9 @@ async fn back_up_and_record(state: AppState, ctx: Context) -> Result<(BackupInfo
         Ok(row) => Ok((info, row.seq)),
         Err(e) => {
             let id = info.id;
-            let undone = tokio::task::spawn_blocking(move || backups.discard(id)).await?;
+            let undone =
+                crate::store::blocking::run("discarding the backup", move || backups.discard(id))
+                    .await?;
             if let Err(undo) = undone {
                 telemetry::api::request_failed(&format!(
                     "discarding backup {id}, whose row was not written, failed: {undo}"

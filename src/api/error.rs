@@ -265,7 +265,7 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         telemetry::api::request_failed(&e);
         match e {
-            StoreError::Corrupt { .. } => ApiError::Internal,
+            StoreError::Corrupt { .. } | StoreError::Task { .. } => ApiError::Internal,
             _ => ApiError::StoreUnavailable,
         }
     }
@@ -280,6 +280,7 @@ impl From<ReadError> for ApiError {
     }
 }
 
+/// A request's work task (`AppState::finish`) that panicked.
 impl From<tokio::task::JoinError> for ApiError {
     fn from(e: tokio::task::JoinError) -> Self {
         telemetry::api::request_failed(&e);

@@ -72,9 +72,10 @@ pub async fn list_letters(
     let limit = page_limit(query.limit)?;
     let store = state.trail.store().clone();
     let after = query.after.unwrap_or(0);
-    let mut letters =
-        tokio::task::spawn_blocking(move || dead_letters::list(&store, &sink, after, limit + 1))
-            .await??;
+    let mut letters = crate::store::blocking::run("a page of dead letters", move || {
+        dead_letters::list(&store, &sink, after, limit + 1)
+    })
+    .await??;
     let next = if letters.len() > limit {
         letters.truncate(limit);
         letters.last().map(|l| l.seq)

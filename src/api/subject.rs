@@ -57,7 +57,7 @@ pub async fn list<S: Subject>(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let limit = page_limit(query.limit)?;
     let store = state.trail.store().clone();
-    let page = tokio::task::spawn_blocking(move || {
+    let page = crate::store::blocking::run("a page of subjects", move || {
         read::list::<S>(&store, &tenant, query.after.as_deref(), limit)
     })
     .await??;
@@ -77,7 +77,10 @@ pub async fn get<S: Subject>(
 ) -> Result<Response, ApiError> {
     let store = state.trail.store().clone();
     let resource = S::KIND.resource(&id);
-    let view = tokio::task::spawn_blocking(move || read::get::<S>(&store, &tenant, &id)).await??;
+    let view = crate::store::blocking::run("a subject's read", move || {
+        read::get::<S>(&store, &tenant, &id)
+    })
+    .await??;
     found(view, &resource)
 }
 

@@ -62,7 +62,7 @@ pub use tree::TreeOptions;
 pub use writer::tx::Tx;
 pub use writer::MAX_GROUP;
 
-use crate::store::{Store, StoreError};
+use crate::store::{blocking, Store, StoreError};
 use bounds::limits::SharedStats;
 use dual::DualState;
 use writer::{Advance, Boot, CommitJob, Request, Signing};
@@ -328,9 +328,10 @@ impl Trail {
         budget: usize,
     ) -> Result<Scanned, StoreError> {
         let store = self.store.clone();
-        tokio::task::spawn_blocking(move || page_within(&store, after, limit, &filter, budget))
-            .await
-            .unwrap_or_else(|e| Err(StoreError::Unavailable(format!("page task failed: {e}"))))
+        blocking::try_run("a page of rows", move || {
+            page_within(&store, after, limit, &filter, budget)
+        })
+        .await
     }
 
     /// Whether the writer is running: `false` once it stopped ([`Trail::shutdown`]) or died
@@ -348,7 +349,7 @@ impl Trail {
         }
         let thread = self.thread.lock().ok().and_then(|mut t| t.take());
         if let Some(thread) = thread {
-            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+            let _ = blocking::run("the writer's join", move || thread.join()).await;
         }
     }
 }

@@ -182,9 +182,10 @@ pub async fn redrive(
     loop {
         let letters = {
             let (store, sink) = (trail.store().clone(), sink.to_owned());
-            tokio::task::spawn_blocking(move || list(&store, &sink, after, 100))
-                .await
-                .map_err(|e| StoreError::Unavailable(e.to_string()))??
+            crate::store::blocking::try_run("a page of dead letters", move || {
+                list(&store, &sink, after, 100)
+            })
+            .await?
         };
         if letters.is_empty() {
             return Ok(report);
@@ -232,9 +233,7 @@ async fn resend(sink: &str, letter: &DeadLetter, target: &dyn Sink) -> Result<bo
 /// How many dead letters `sink` still has, read off the runtime.
 async fn remaining(trail: &Trail, sink: &str) -> Result<u64, StoreError> {
     let (store, sink) = (trail.store().clone(), sink.to_owned());
-    tokio::task::spawn_blocking(move || count(&store, &sink))
-        .await
-        .map_err(|e| StoreError::Unavailable(e.to_string()))?
+    crate::store::blocking::try_run("counting dead letters", move || count(&store, &sink)).await
 }
 
 /// Remove dead letter `seq` of the sink `held` counts with its `action` row, in one batch,

@@ -333,7 +333,10 @@ impl Follower {
         let started = Instant::now();
         let bytes = file::encode(&self.file);
         let (path, len) = (self.options.out.clone(), bytes.len());
-        let written = tokio::task::spawn_blocking(move || file::write(&path, &bytes)).await;
+        let written = crate::store::blocking::run("the replica file's write", move || {
+            file::write(&path, &bytes)
+        })
+        .await;
         written.map_err(|_| FollowError::Unwritten(self.options.out.clone()))??;
         let counts = self.file.replica.counts();
         self.metrics
@@ -393,10 +396,12 @@ async fn watermarks(
     p: i32,
 ) -> Result<(i64, i64), FollowError> {
     let topic = topic.to_owned();
-    tokio::task::spawn_blocking(move || consumer.fetch_watermarks(&topic, p, METADATA_TIMEOUT))
-        .await
-        .map_err(|e| FollowError::Kafka(e.to_string()))?
-        .map_err(|e| FollowError::Kafka(e.to_string()))
+    crate::store::blocking::run("the watermarks' fetch", move || {
+        consumer.fetch_watermarks(&topic, p, METADATA_TIMEOUT)
+    })
+    .await
+    .map_err(|e| FollowError::Kafka(e.to_string()))?
+    .map_err(|e| FollowError::Kafka(e.to_string()))
 }
 
 /// Whether a consumer error says a position is out of the topic's range.
@@ -421,11 +426,12 @@ pub fn record_event(message: &impl Message) -> Result<Option<Event>, String> {
 /// The partitions of `topic`, from the brokers' metadata (off the runtime: it blocks).
 async fn partitions(consumer: Arc<StreamConsumer>, topic: &str) -> Result<Vec<i32>, FollowError> {
     let name = topic.to_owned();
-    let metadata =
-        tokio::task::spawn_blocking(move || consumer.fetch_metadata(Some(&name), METADATA_TIMEOUT))
-            .await
-            .map_err(|e| FollowError::Kafka(format!("metadata task: {e}")))?
-            .map_err(|e| FollowError::Kafka(format!("metadata of topic {topic}: {e}")))?;
+    let metadata = crate::store::blocking::run("the topic's metadata", move || {
+        consumer.fetch_metadata(Some(&name), METADATA_TIMEOUT)
+    })
+    .await
+    .map_err(|e| FollowError::Kafka(format!("metadata task: {e}")))?
+    .map_err(|e| FollowError::Kafka(format!("metadata of topic {topic}: {e}")))?;
     let found = metadata.topics().iter().find(|t| t.name() == topic);
     let partitions: Vec<i32> = found
         .map(|t| t.partitions().iter().map(|p| p.id()).collect())

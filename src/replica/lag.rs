@@ -45,7 +45,9 @@ impl Lag {
             loop {
                 let asked = partitions.borrow().clone();
                 let (consumer, topic) = (consumer.clone(), topic.clone());
-                let fetched = tokio::task::spawn_blocking(move || fetch(&consumer, &topic, &asked));
+                let fetched = crate::store::blocking::run("the watermarks' fetch", move || {
+                    fetch(&consumer, &topic, &asked)
+                });
                 if let Ok(Some(w)) = fetched.await {
                     if tx.send(Some(w)).is_err() {
                         return;

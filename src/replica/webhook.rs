@@ -313,7 +313,11 @@ async fn write(shared: &Arc<Shared>) -> bool {
     };
     let path = shared.path.clone();
     let len = bytes.len();
-    match tokio::task::spawn_blocking(move || file::write(&path, &bytes)).await {
+    match crate::store::blocking::run("the replica file's write", move || {
+        file::write(&path, &bytes)
+    })
+    .await
+    {
         Ok(Ok(())) => {
             shared
                 .metrics

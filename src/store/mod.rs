@@ -5,6 +5,7 @@
 //! module only gives it the handle, the options and the meta codec.
 
 pub mod backup;
+pub mod blocking;
 mod cursor;
 pub mod keys;
 mod options;
@@ -81,6 +82,15 @@ pub enum StoreError {
     /// An injected failure (failpoints, tests only).
     #[error("injected failure: {0}")]
     Injected(String),
+    /// Work on the blocking pool did not finish: it panicked, or the runtime is shutting down
+    /// (see `blocking`).
+    #[error("{what} did not finish: {detail}")]
+    Task {
+        /// The work.
+        what: &'static str,
+        /// tokio's word for why.
+        detail: String,
+    },
 }
 
 /// A key and its value.

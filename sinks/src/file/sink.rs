@@ -82,11 +82,12 @@ impl Sink for FileSink {
             return outcomes;
         }
         let inner = Arc::clone(&self.inner);
-        let reason = match tokio::task::spawn_blocking(move || inner.append(&lines)).await {
-            Ok(Ok(())) => return outcomes,
-            Ok(Err(e)) => format!("io_{:?}", e.kind()),
-            Err(_) => "io_task_failed".to_string(),
-        };
+        let reason =
+            match crate::blocking::run("the file's append", move || inner.append(&lines)).await {
+                Ok(Ok(())) => return outcomes,
+                Ok(Err(e)) => format!("io_{:?}", e.kind()),
+                Err(_) => "io_task_failed".to_string(),
+            };
         telemetry::attempt_failed("file", &reason, events.len());
         for outcome in outcomes.iter_mut() {
             if *outcome == Outcome::Delivered {
@@ -102,9 +103,8 @@ impl Sink for FileSink {
     async fn healthcheck(&self) -> Result<(), SinkError> {
         let path = self.inner.path.clone();
         // Opened (created if missing) but never cut: a write may be under way.
-        tokio::task::spawn_blocking(move || create(&path).map(drop))
-            .await
-            .map_err(|e| SinkError::Unhealthy(format!("healthcheck task failed: {e}")))?
+        crate::blocking::run("the healthcheck", move || create(&path).map(drop))
+            .await?
             .map_err(SinkError::Io)
     }
 }

@@ -311,9 +311,10 @@ impl Sink for KafkaSink {
         let producer = self.producer();
         let topic = self.topic.clone();
         let timeout = self.healthcheck_timeout;
-        tokio::task::spawn_blocking(move || check_topic(&producer, &topic, timeout))
-            .await
-            .map_err(|e| SinkError::Unhealthy(format!("healthcheck task failed: {e}")))?
+        crate::blocking::run("the healthcheck", move || {
+            check_topic(&producer, &topic, timeout)
+        })
+        .await?
     }
 }
 
@@ -384,7 +385,7 @@ pub(crate) fn combine(known: Option<Outcome>, report: Outcome) -> Outcome {
 async fn purge_queued(producer: &Arc<FutureProducer>) {
     let producer = Arc::clone(producer);
     let purge = move || producer.purge(PurgeConfig::default().queue());
-    if let Err(e) = tokio::task::spawn_blocking(purge).await {
+    if let Err(e) = crate::blocking::run("the purge", purge).await {
         tracing::error!(error = %e, "purging the kafka producer's queue failed");
     }
 }
@@ -398,7 +399,7 @@ fn create(config: &ClientConfig) -> Result<FutureProducer, SinkError> {
 /// Drops a replaced producer on the blocking pool: the last drop purges, flushes (up to
 /// 500 ms) and joins librdkafka's threads, which must not stall a tokio worker.
 fn retire(producer: Arc<FutureProducer>) {
-    drop(tokio::task::spawn_blocking(move || drop(producer)));
+    crate::blocking::detach(move || drop(producer));
 }
 
 fn check_topic(producer: &FutureProducer, topic: &str, timeout: Duration) -> Result<(), SinkError> {

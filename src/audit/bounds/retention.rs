@@ -35,7 +35,7 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
 use crate::audit::Trail;
-use crate::store::{keys, Cf, Store, StoreError};
+use crate::store::{blocking, keys, Cf, Store, StoreError};
 use crate::telemetry;
 
 /// How far the clock may read past the trail's time (its newest row or its last sweep,
@@ -167,10 +167,10 @@ pub async fn sweep_until(
     }
     if let Some(cursor) = report.cursor {
         let store = trail.store().clone();
-        report.blocked_by_cursor =
-            tokio::task::spawn_blocking(move || count_blocked(&store, cursor, cutoff))
-                .await
-                .map_err(|e| StoreError::Unavailable(format!("counting held rows: {e}")))??;
+        report.blocked_by_cursor = blocking::try_run("counting held rows", move || {
+            count_blocked(&store, cursor, cutoff)
+        })
+        .await?;
     }
     report.elapsed = started.elapsed();
     let now = trail.clock().now_ms();
@@ -258,14 +258,13 @@ fn millis(d: Duration) -> u64 {
 /// The commit time of the trail's newest row (`None`: the trail holds no row).
 async fn newest_row_at(trail: &Trail) -> Result<Option<u64>, StoreError> {
     let store = trail.store().clone();
-    tokio::task::spawn_blocking(move || {
+    blocking::try_run("reading the newest row", move || {
         let last = store.last(Cf::Audit, &[keys::ROW])?;
         Ok(last
             .and_then(|(k, _)| keys::decode_row_key(&k))
             .map(|(_, at)| at))
     })
     .await
-    .map_err(|e| StoreError::Unavailable(format!("reading the newest row: {e}")))?
 }
 
 /// Compact the range of rows and entities a sweep emptied (below the trail's `from`), so
@@ -274,12 +273,11 @@ async fn compact_swept(trail: &Trail) -> Result<Duration, StoreError> {
     let compacting = Instant::now();
     let store = trail.store().clone();
     let from = trail.stats().usage.from;
-    tokio::task::spawn_blocking(move || {
+    blocking::run("compacting swept rows", move || {
         store.compact_range(Cf::Audit, &keys::row_seek(0), &keys::row_seek(from));
         store.compact_range(Cf::Audit, &keys::outbox_key(0), &keys::outbox_key(from));
     })
-    .await
-    .map_err(|e| StoreError::Unavailable(format!("compacting swept rows: {e}")))?;
+    .await?;
     Ok(compacting.elapsed())
 }
 

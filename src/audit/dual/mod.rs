@@ -180,7 +180,7 @@ impl Trail {
     /// The ids of the pending rows a crash left: those up to the last id of the earlier run.
     async fn left_by_crash(&self) -> Result<Vec<u64>, StoreError> {
         let (store, last) = (self.store.clone(), self.dual.boot_last);
-        tokio::task::spawn_blocking(move || {
+        crate::store::blocking::try_run("the scan of pending rows", move || {
             let mut ids = Vec::new();
             store.scan(Cf::Audit, &[keys::PENDING], &[keys::PENDING], |k, _| {
                 match keys::decode_seq_key(keys::PENDING, k) {
@@ -194,7 +194,6 @@ impl Trail {
             Ok(ids)
         })
         .await
-        .unwrap_or_else(|e| Err(StoreError::Unavailable(e.to_string())))
     }
 
     /// Resolves once settlement has been through every pending row an earlier run left (at

@@ -220,14 +220,13 @@ async fn settle_one(
 ) -> Result<(), StoreError> {
     let store = trail.store.clone();
     let key = keys::pending_key(id);
-    let row = tokio::task::spawn_blocking(move || {
+    let row = crate::store::blocking::try_run("a pending row's read", move || {
         store
             .get(Cf::Audit, &key)?
             .map(|v| pending_row::decode_pending(&key, &v))
             .transpose()
     })
-    .await
-    .unwrap_or_else(|e| Err(StoreError::Unavailable(e.to_string())))?;
+    .await?;
     let Some(row) = row else {
         return Ok(());
     };

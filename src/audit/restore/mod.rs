@@ -31,9 +31,10 @@ impl Trail {
     /// runtime.
     pub async fn remote_states(&self, kinds: Vec<String>) -> Result<TrailStates, StoreError> {
         let (store, from) = (self.store.clone(), self.usage().from);
-        tokio::task::spawn_blocking(move || states(&store, from, &kinds))
-            .await
-            .unwrap_or_else(|e| Err(StoreError::Unavailable(format!("scan task failed: {e}"))))
+        crate::store::blocking::try_run("the trail's scan for the refresh", move || {
+            states(&store, from, &kinds)
+        })
+        .await
     }
 
     /// Write `refresh`'s state-refresh row if its present state is not what the trail says:

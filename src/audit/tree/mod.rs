@@ -381,9 +381,7 @@ fn tree_size(store: &Store, committed: u64) -> Result<u64, proof::ProofError> {
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, StoreError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| StoreError::Unavailable(format!("a tree read did not finish: {e}")))
+    crate::store::blocking::run("a tree read", f).await
 }
 
 #[cfg(test)]

@@ -218,7 +218,7 @@ impl Publisher {
 async fn read_starts(trail: &Trail, sinks: &[SinkSpec]) -> Result<Vec<(u64, Held)>, StoreError> {
     let store = trail.store().clone();
     let names: Vec<String> = sinks.iter().map(|s| s.name.clone()).collect();
-    tokio::task::spawn_blocking(move || {
+    crate::store::blocking::try_run("the sinks' positions", move || {
         names
             .iter()
             .map(|name| {
@@ -229,7 +229,6 @@ async fn read_starts(trail: &Trail, sinks: &[SinkSpec]) -> Result<Vec<(u64, Held
             .collect::<Result<Vec<_>, StoreError>>()
     })
     .await
-    .map_err(|e| StoreError::Unavailable(e.to_string()))?
 }
 
 /// A change of sink `sink`'s state (`sink.enable`, `sink.disable`): resource `sinks/<name>`.

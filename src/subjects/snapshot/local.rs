@@ -26,7 +26,7 @@ impl LocalSources {
     /// Up to `limit` source keys (`<tenant>/<id>`) after `after`, in key order.
     async fn keys(&self, after: Option<Vec<u8>>, limit: usize) -> Result<Vec<Vec<u8>>, StoreError> {
         let store = self.trail.store().clone();
-        tokio::task::spawn_blocking(move || {
+        crate::store::blocking::try_run("a page of source keys", move || {
             let mut keys = Vec::with_capacity(limit);
             let from = after.clone().unwrap_or_default();
             store.scan(Cf::Sources, b"", &from, |k, _| {
@@ -38,7 +38,6 @@ impl LocalSources {
             Ok(keys)
         })
         .await
-        .unwrap_or_else(|e| Err(StoreError::Unavailable(e.to_string())))
     }
 
     /// Commit the item of the source at `key`; whether it still existed.

@@ -309,7 +309,7 @@ async fn hostile_headers_are_refused() {
     ];
     for request in raw_requests {
         let addr = addr.clone();
-        let answer = tokio::task::spawn_blocking(move || {
+        let answer = ankusa::store::blocking::run("a raw request", move || {
             let mut s = TcpStream::connect(addr).unwrap();
             s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
             s.write_all(request).unwrap();

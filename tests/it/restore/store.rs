@@ -234,7 +234,7 @@ async fn a_backup_taken_while_changes_commit_holds_exactly_the_seq_it_records() 
         let store = trail.store().clone();
         let backups = backups.clone();
         made.push(
-            tokio::task::spawn_blocking(move || {
+            ankusa::store::blocking::run("a backup", move || {
                 BackupDir::create(&backups)
                     .unwrap()
                     .back_up(&store, now())

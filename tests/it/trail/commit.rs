@@ -152,7 +152,8 @@ async fn concurrent_committers_get_consecutive_seqs_and_a_resuming_reader_sees_e
     let trail = open_trail(dir.path(), true);
     let reader = {
         let store = trail.store().clone();
-        tokio::task::spawn_blocking(move || {
+        // Started now, beside the committers.
+        tokio::spawn(ankusa::store::blocking::run("the reader", move || {
             let mut seen = vec![];
             let mut after = 0;
             while seen.len() < COMMITTERS * EACH {
@@ -164,7 +165,7 @@ async fn concurrent_committers_get_consecutive_seqs_and_a_resuming_reader_sees_e
                 std::thread::sleep(Duration::from_micros(200));
             }
             seen
-        })
+        }))
     };
     let mut tasks = vec![];
     for c in 0..COMMITTERS {
@@ -191,6 +192,7 @@ async fn concurrent_committers_get_consecutive_seqs_and_a_resuming_reader_sees_e
     assert_eq!(all, (1..=(COMMITTERS * EACH) as u64).collect::<Vec<_>>());
     let seen = tokio::time::timeout(Duration::from_secs(30), reader)
         .await
+        .unwrap()
         .unwrap()
         .unwrap();
     assert_eq!(

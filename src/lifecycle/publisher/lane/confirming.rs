@@ -41,7 +41,7 @@ impl Lane {
             .count();
         telemetry::lifecycle::events_confirmed(&self.spec.name, &page.ats[..handled]);
         // Freeing a page's events is a thousand small frees: not on the lane's task.
-        drop(tokio::task::spawn_blocking(move || drop(oldest.page)));
+        crate::store::blocking::detach(move || drop(oldest.page));
         if tally.to > self.position {
             // A crash here: the sink has these events, the store does not know it yet.
             fail::fail_point!("lifecycle::before_persist");
