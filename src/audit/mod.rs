@@ -275,13 +275,13 @@ impl Trail {
     }
 
     /// Send the writer the request `make` builds around a reply channel and wait for its
-    /// answer; `Unavailable` when the writer has stopped.
+    /// answer; `Stopped` when the writer has stopped.
     pub(crate) async fn ask<T>(
         &self,
         make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Request,
     ) -> Result<T, StoreError> {
         let (reply, answer) = oneshot::channel();
-        let closed = || StoreError::Unavailable("the audit writer has stopped".into());
+        let closed = || StoreError::Stopped("the audit writer");
         self.requests
             .send(make(reply))
             .await

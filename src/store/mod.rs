@@ -79,6 +79,16 @@ pub enum StoreError {
     /// The store (or the writer in front of it) is not taking requests: stopped or failed.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// Redis did not answer, failed, or refused (the error's kind and code, never its URL).
+    #[error("store unavailable: redis: {0}")]
+    Redis(String),
+    /// A shared store's settings that cannot work: a URL or a sentinel that is not one, a
+    /// node whose `fleet_secret` is not the fleet's.
+    #[error("store unavailable: {0}")]
+    Misconfigured(String),
+    /// A part the call needs has stopped: the audit writer, the node, the outbox reader.
+    #[error("store unavailable: {0} stopped")]
+    Stopped(&'static str),
     /// An injected failure (failpoints, tests only).
     #[error("injected failure: {0}")]
     Injected(String),

@@ -76,7 +76,7 @@ impl Reader {
         self.pages
             .recv()
             .await
-            .unwrap_or_else(|| Err(StoreError::Unavailable("the outbox reader stopped".into())))
+            .unwrap_or(Err(StoreError::Stopped("the outbox reader")))
     }
 }
 

@@ -42,7 +42,7 @@ pub type Written<'a> = dyn Fn(u64) -> bool + Send + Sync + 'a;
 
 /// Why a kind's items stopped before their end.
 pub(crate) fn stopping() -> StoreError {
-    StoreError::Unavailable("the node is stopping".into())
+    StoreError::Stopped("the node")
 }
 
 /// One kind of subject a snapshot covers.

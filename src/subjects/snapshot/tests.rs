@@ -28,7 +28,7 @@ impl SnapshotKind for Held {
     async fn items(&self, _: &str, _: usize, written: &Written<'_>) -> Result<u64, StoreError> {
         self.go.notified().await;
         if self.fail {
-            return Err(StoreError::Unavailable("redis: down".into()));
+            return Err(StoreError::Redis("down".into()));
         }
         written(3);
         Ok(3)

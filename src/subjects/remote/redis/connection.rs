@@ -28,7 +28,7 @@ pub(super) enum Server {
 }
 
 pub(super) fn unavailable(e: redis::RedisError) -> StoreError {
-    StoreError::Unavailable(format!("redis: {}", e.kind_description()))
+    StoreError::Redis(e.kind_description())
 }
 
 trait KindDescription {
@@ -49,11 +49,11 @@ impl KindDescription for redis::RedisError {
 
 /// The URL of sentinel `addr` (`host:port`), with the sentinels' `password`.
 pub(super) fn sentinel_url(addr: &str, password: Option<&str>) -> Result<String, StoreError> {
-    let bad = |_| StoreError::Unavailable("redis: a sentinel is not host:port".into());
+    let bad = |_| StoreError::Misconfigured("redis: a sentinel is not host:port".into());
     let mut url = url::Url::parse(&format!("redis://{addr}")).map_err(bad)?;
     if let Some(password) = password {
         url.set_password(Some(password))
-            .map_err(|()| StoreError::Unavailable("redis: a sentinel is not host:port".into()))?;
+            .map_err(|()| StoreError::Misconfigured("redis: a sentinel is not host:port".into()))?;
     }
     Ok(url.into())
 }
@@ -78,7 +78,7 @@ impl<T: RemoteSubject> RedisStore<T> {
     /// A store as `settings` say: on `url`'s server, or on the primary the sentinels name.
     /// Does not connect: the first call does.
     pub fn open(settings: &RedisSettings<'_>) -> Result<RedisStore<T>, StoreError> {
-        let not_redis = |_| StoreError::Unavailable("the Redis URL is not a Redis URL".into());
+        let not_redis = |_| StoreError::Misconfigured("the Redis URL is not a Redis URL".into());
         let info =
             redis::IntoConnectionInfo::into_connection_info(settings.url).map_err(not_redis)?;
         // Commands go out as they are written: without TCP_NODELAY, one sent while another
@@ -102,7 +102,7 @@ impl<T: RemoteSubject> RedisStore<T> {
                 SentinelServerType::Master,
             )
             .map_err(|_| {
-                StoreError::Unavailable("redis: the sentinels are not addresses".into())
+                StoreError::Misconfigured("redis: the sentinels are not addresses".into())
             })?;
             Server::Sentinel(tokio::sync::Mutex::new(client))
         };
@@ -187,7 +187,7 @@ impl<T: RemoteSubject> RedisStore<T> {
                 let asked = async { sentinels.lock().await.async_get_client().await };
                 tokio::time::timeout(self.timeout * 2, asked)
                     .await
-                    .map_err(|_| StoreError::Unavailable("redis: the sentinels timed out".into()))?
+                    .map_err(|_| StoreError::Redis("the sentinels timed out".into()))?
                     .map_err(unavailable)
             }
         }
@@ -206,7 +206,7 @@ impl<T: RemoteSubject> RedisStore<T> {
             ConnectionManager::new_with_config(client, config),
         )
         .await
-        .map_err(|_| StoreError::Unavailable("redis: connecting timed out".into()))?
+        .map_err(|_| StoreError::Redis("connecting timed out".into()))?
         .map_err(|e| self.failed(e))?;
         let name = format!("redis:{}", self.store_id(made.clone()).await?);
         Ok((made, name))
@@ -247,7 +247,7 @@ impl<T: RemoteSubject> RedisStore<T> {
         if fleet != fingerprint {
             // Every subject this node read would look drifted, and every one it wrote would
             // look drifted to the others.
-            return Err(StoreError::Unavailable(format!(
+            return Err(StoreError::Misconfigured(format!(
                 "redis: this node's {}s fleet_secret is not the one the store's other nodes use",
                 T::KIND
             )));

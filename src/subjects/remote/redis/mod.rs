@@ -161,8 +161,8 @@ impl<T: RemoteSubject> RedisStore<T> {
                 .await
                 .map_err(|e| self.failed(e))?;
             if held < replicas {
-                return Err(StoreError::Unavailable(format!(
-                    "redis: the write reached {held} of {replicas} replicas in time"
+                return Err(StoreError::Redis(format!(
+                    "the write reached {held} of {replicas} replicas in time"
                 )));
             }
         }

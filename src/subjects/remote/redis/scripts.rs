@@ -132,8 +132,8 @@ pub(super) fn cas(
         (0, Ok(actual)) => Ok(Cas::Conflict { actual }),
         // Only a write still on its way when its settlement read the subject gets this; the
         // row already says it did not land.
-        (2, _) => Err(StoreError::Unavailable(
-            "redis: the change was fenced by its settlement".into(),
+        (2, _) => Err(StoreError::Redis(
+            "the change was fenced by its settlement".into(),
         )),
         _ => Err(StoreError::Corrupt {
             what: key.to_owned(),
