@@ -265,7 +265,9 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         telemetry::api::request_failed(&e);
         match e {
-            StoreError::Corrupt { .. } | StoreError::Task { .. } => ApiError::Internal,
+            StoreError::Corrupt { .. }
+            | StoreError::Unencodable { .. }
+            | StoreError::Task { .. } => ApiError::Internal,
             _ => ApiError::StoreUnavailable,
         }
     }

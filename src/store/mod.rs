@@ -86,6 +86,15 @@ pub enum StoreError {
     /// node whose `fleet_secret` is not the fleet's.
     #[error("store unavailable: {0}")]
     Misconfigured(String),
+    /// A value the node made does not encode (a map with keys that are not strings, say):
+    /// a bug, not the store's doing.
+    #[error("{what} does not encode: {detail}")]
+    Unencodable {
+        /// Which value.
+        what: String,
+        /// What serde said.
+        detail: String,
+    },
     /// A part the call needs has stopped: the audit writer, the node, the outbox reader.
     #[error("store unavailable: {0} stopped")]
     Stopped(&'static str),

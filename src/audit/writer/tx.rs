@@ -94,7 +94,7 @@ impl<'a> Tx<'a> {
         key: Vec<u8>,
         value: &T,
     ) -> Result<(), StoreError> {
-        let bytes = serde_json::to_vec(value).map_err(|e| StoreError::Corrupt {
+        let bytes = serde_json::to_vec(value).map_err(|e| StoreError::Unencodable {
             what: format!("{} value", cf.name()),
             detail: e.to_string(),
         })?;

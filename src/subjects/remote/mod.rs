@@ -408,14 +408,15 @@ pub(crate) fn resource<T: RemoteSubject>(id: &str) -> String {
     [T::PLURAL, "/", id].concat()
 }
 
-/// The redacted view, a bad encoding reported as a corrupt value.
+/// The redacted view.
 pub(crate) fn view<T: RemoteSubject>(subject: &T) -> Result<Redacted, StoreError> {
-    subject.view().map_err(|e| corrupt::<T>(e))
+    subject.view().map_err(unencodable::<T>)
 }
 
-pub(crate) fn corrupt<T: RemoteSubject>(e: serde_json::Error) -> StoreError {
-    StoreError::Corrupt {
-        what: format!("{} value", T::KIND),
+/// A subject of kind `T` that does not encode.
+pub(crate) fn unencodable<T: RemoteSubject>(e: serde_json::Error) -> StoreError {
+    StoreError::Unencodable {
+        what: format!("a {}", T::KIND),
         detail: e.to_string(),
     }
 }
@@ -472,7 +473,7 @@ impl<T: RemoteSubject> Reconcile for Reconciler<T> {
 /// `subject`'s complete state and redacted view.
 pub(crate) fn present<T: RemoteSubject>(subject: &T) -> Result<Present, StoreError> {
     Ok(Present {
-        state: serde_json::to_value(subject).map_err(corrupt::<T>)?,
+        state: serde_json::to_value(subject).map_err(unencodable::<T>)?,
         view: view(subject)?.into_value(),
     })
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
-use super::{corrupt, resource, view, Cas, Remote, RemoteStore, RemoteSubject, Versioned};
+use super::{resource, unencodable, view, Cas, Remote, RemoteStore, RemoteSubject, Versioned};
 use crate::audit::{Change, CommitError, Context, Finish, State};
 use crate::subjects::key::check_name;
 use crate::subjects::{check_if_match, ChangeResult, IfMatch, SubjectChange, SubjectError};
@@ -106,7 +106,7 @@ impl<T: RemoteSubject> Remote<T> {
             Some(b) => {
                 let state = match b.state {
                     Some(state) => state,
-                    None => b.subject.state().map_err(corrupt::<T>)?,
+                    None => b.subject.state().map_err(unencodable::<T>)?,
                 };
                 (Some(b.version), Some(b.subject), Some(state))
             }
@@ -125,7 +125,7 @@ impl<T: RemoteSubject> Remote<T> {
         // The answer's body and the event's entity are the same bytes.
         let (after_state, after_json) = after
             .as_ref()
-            .map(|a| a.state_and_view().map_err(corrupt::<T>))
+            .map(|a| a.state_and_view().map_err(unencodable::<T>))
             .transpose()?
             .unzip();
         // A delete's event carries the subject as it was, at the delete's revision.

@@ -176,7 +176,7 @@ impl<T: RemoteSubject> RedisStore<T> {
         let mut subject = subject.clone();
         subject.set_revision(rev.parse().unwrap_or(0));
         let signed =
-            serde_json::to_string(&subject).map_err(crate::subjects::remote::corrupt::<T>)?;
+            serde_json::to_string(&subject).map_err(crate::subjects::remote::unencodable::<T>)?;
         let key = self.key(&drifted.tenant, &drifted.id);
         let mut invocation = self.adopt.key(&key);
         invocation

@@ -297,10 +297,7 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
     ) -> Result<Cas, StoreError> {
         let key = self.key(subject.tenant(), subject.id());
         // The stored `rev` is the truth; the JSON's revision is overwritten on every read.
-        let json = serde_json::to_string(&subject).map_err(|e| StoreError::Corrupt {
-            what: key.clone(),
-            detail: e.to_string(),
-        })?;
+        let json = serde_json::to_string(&subject).map_err(super::unencodable::<T>)?;
         let expected = expected.map_or(-1, |v| v as i64);
         let mut invocation = self.put.key(&key);
         invocation
