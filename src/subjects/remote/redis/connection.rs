@@ -4,7 +4,7 @@
 
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -12,12 +12,16 @@ use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServer
 use redis::Script;
 
 use super::drift::Signer;
+use super::replicas::Waits;
 use super::scripts::{ADOPT, DELETE, GONE, PUT, UNINDEX, UNMARK};
 use super::RedisStore;
 use crate::config::RedisSettings;
 use crate::store::StoreError;
 use crate::subjects::remote::{RemoteSubject, StoreLoss};
 use crate::telemetry;
+
+/// A connection made, the store's name, and the tally of the writes answered on it.
+pub(super) type Made = (ConnectionManager, String, Arc<Waits>);
 
 /// Where the store finds its server.
 pub(super) enum Server {
@@ -131,12 +135,18 @@ impl<T: RemoteSubject> RedisStore<T> {
     }
 
     /// The connection made, if it is.
-    fn made(&self) -> Option<(ConnectionManager, String)> {
+    fn made(&self) -> Option<Made> {
         self.conn.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// The connection, and the store's name as events carry it (`redis:<id>`).
     pub(super) async fn conn(&self) -> Result<(ConnectionManager, String), StoreError> {
+        let (conn, name, _) = self.made_for_write().await?;
+        Ok((conn, name))
+    }
+
+    /// The connection, the store's name, and the tally of the writes answered on it.
+    pub(super) async fn made_for_write(&self) -> Result<Made, StoreError> {
         if let Some(made) = self.made() {
             return Ok(made);
         }
@@ -144,7 +154,8 @@ impl<T: RemoteSubject> RedisStore<T> {
         if let Some(made) = self.made() {
             return Ok(made);
         }
-        let made = self.connect().await?;
+        let (conn, name) = self.connect().await?;
+        let made = (conn, name, Arc::default());
         *self.conn.write().unwrap_or_else(|p| p.into_inner()) = Some(made.clone());
         Ok(made)
     }

@@ -43,6 +43,7 @@ mod connection;
 mod counter;
 mod drift;
 mod read;
+mod replicas;
 mod scripts;
 
 use std::marker::PhantomData;
@@ -50,7 +51,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::RwLock;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use redis::Script;
 
 use self::connection::Server;
@@ -74,7 +74,7 @@ pub struct RedisStore<T> {
     /// Made on first use, with the store's name; a std lock, held only to clone or replace
     /// it. Behind sentinels it is dropped when the primary fails, to be made again on the
     /// primary they name then.
-    conn: RwLock<Option<(ConnectionManager, String)>>,
+    conn: RwLock<Option<connection::Made>>,
     /// One connection attempt at a time, not one per caller; a failed attempt leaves the
     /// connection unmade for the next caller to try again.
     connecting: tokio::sync::Mutex<()>,
@@ -131,7 +131,7 @@ impl<T: RemoteSubject> RedisStore<T> {
         key: &str,
         invocation: &mut redis::ScriptInvocation<'_>,
     ) -> Result<Cas, StoreError> {
-        let (mut conn, name) = self.conn().await?;
+        let (mut conn, name, waits) = self.made_for_write().await?;
         // Read before the script is sent: what it finds is held against it.
         let seen = self.counted.load(Ordering::Relaxed);
         let reply = invocation
@@ -139,31 +139,13 @@ impl<T: RemoteSubject> RedisStore<T> {
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.failed(e))?;
+        let mine = waits.answered();
         self.script_answered(&name, reply, seen);
-        self.issued(&mut conn, cas(key, &name, reply)?).await
-    }
-
-    /// `written` on `conn`, raising the floor to the version it issued, once the replicas
-    /// asked for hold it. A write they do not hold in time is an error, as a write that did
-    /// not answer: its settlement reads it back.
-    async fn issued(&self, conn: &mut ConnectionManager, written: Cas) -> Result<Cas, StoreError> {
-        let Cas::Written(stamp) = &written else {
-            return Ok(written);
-        };
-        self.floor.fetch_max(stamp.version, Ordering::Relaxed);
-        let (replicas, wait) = self.replicas;
-        if replicas > 0 {
-            // WAIT counts the writes of this connection: the change's, and any before it.
-            let held: u32 = redis::cmd("WAIT")
-                .arg(replicas)
-                .arg(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1))
-                .query_async(conn)
-                .await
-                .map_err(|e| self.failed(e))?;
-            if held < replicas {
-                return Err(StoreError::Redis(format!(
-                    "the write reached {held} of {replicas} replicas in time"
-                )));
+        let written = cas(key, &name, reply)?;
+        if let Cas::Written(stamp) = &written {
+            self.floor.fetch_max(stamp.version, Ordering::Relaxed);
+            if self.replicas.0 > 0 {
+                self.replicated(&mut conn, &waits, mine).await?;
             }
         }
         Ok(written)
