@@ -335,3 +335,42 @@ async fn a_store_named_again_by_a_new_node_is_a_loss_to_the_nodes_that_knew_it()
     );
     knew.stop().await;
 }
+
+/// The drift check runs by itself every `verify_interval`: a route edited by hand gets its
+/// drift row and its refreshed event with no one asking.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_drift_check_runs_every_verify_interval() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let node = TestNode::start_with(move |v| {
+        on_redis(url)(v);
+        v["routes"]["verify_interval"] = json!("200ms");
+    })
+    .await;
+    create_route(&node, "t1", "r1").await;
+    let mut conn = redis_conn(&redis.url()).await;
+    let key = "ankusa:route:{t1}:r1";
+    let json: String = redis::cmd("HGET")
+        .arg(key)
+        .arg("json")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut edited: Value = serde_json::from_str(&json).unwrap();
+    edited["enabled"] = json!(false);
+    let () = redis::cmd("HSET")
+        .arg(key)
+        .arg("json")
+        .arg(edited.to_string())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let events = events_until(&events_path(&node), |e| {
+        !of_type(e, "io.ankusa.route.refreshed").is_empty()
+    })
+    .await;
+    assert_eq!(present(&events)["t1/routes/r1"]["enabled"], false);
+    let rows = node.rows().await;
+    assert_eq!(rows_of(&rows, "route.drift").len(), 1, "{rows:?}");
+    node.stop().await;
+}
