@@ -316,7 +316,10 @@ impl Walk {
             drop(rx);
             (found, reader.join())
         });
-        read.map_err(|_| StoreError::Unavailable("the row reader panicked".into()))??;
+        read.map_err(|_| StoreError::Task {
+            what: "the row reader",
+            detail: "panicked".into(),
+        })??;
         let last = match found {
             Ok(last) => last,
             Err(found) => return Ok(Err(found)),
