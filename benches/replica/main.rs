@@ -23,14 +23,15 @@ mod backlog;
 #[allow(dead_code)]
 #[path = "../publish/clock.rs"]
 mod clock;
+#[path = "../shared/cpu.rs"]
+mod cpu;
 #[path = "../shared/env.rs"]
 mod env;
 #[path = "../shared/figures.rs"]
 mod figures;
 mod follow;
 mod publishing;
-#[allow(dead_code)]
-#[path = "../../tests/it/support/redis.rs"]
+#[path = "../shared/redis.rs"]
 mod redis;
 #[allow(dead_code)]
 #[path = "../publish/report.rs"]

@@ -15,15 +15,14 @@ use tokio_util::sync::CancellationToken;
 use crate::backlog::{commit_one, trail};
 use crate::clock::{Clock, Run};
 use crate::publishing::{create_routes, Running, TASKS};
-use crate::redis::RedisServer;
+use crate::redis::Redis;
 use crate::{PARTITIONS, TOPIC};
 
 pub async fn snapshot(n: u64) {
     println!("snapshot benchmark ({n} routes in Redis, Kafka sink to MockCluster)");
-    let redis = RedisServer::start();
-    let store: Arc<RouteStore> = Arc::new(
-        RedisStore::<Route>::new(&redis.url(), "ankusa:", Duration::from_secs(5)).unwrap(),
-    );
+    let redis = Redis::start();
+    let store: Arc<RouteStore> =
+        Arc::new(RedisStore::<Route>::new(&redis.url, "ankusa:", Duration::from_secs(5)).unwrap());
     let cluster = MockCluster::new(1).unwrap();
     cluster.create_topic(TOPIC, PARTITIONS, 1).unwrap();
     let dir = tempfile::tempdir().unwrap();
