@@ -26,7 +26,9 @@
 //! `--drain`, `--drain-kafka`, `--read`, `--drain-webhook`, `--bare-webhook`) run one part in
 //! a process of its own: see `--help`.
 
+#[path = "../shared/backlog.rs"]
 mod backlog;
+#[path = "../shared/clock.rs"]
 mod clock;
 #[path = "../shared/env.rs"]
 mod env;
@@ -36,6 +38,7 @@ mod kafka;
 mod latency;
 mod memory;
 mod profile;
+#[path = "../shared/report.rs"]
 mod report;
 mod webhook;
 

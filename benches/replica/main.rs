@@ -18,10 +18,10 @@
 //! must be installed; a part whose server is missing is skipped with a line saying so.
 
 #[allow(dead_code)]
-#[path = "../publish/backlog.rs"]
+#[path = "../shared/backlog.rs"]
 mod backlog;
 #[allow(dead_code)]
-#[path = "../publish/clock.rs"]
+#[path = "../shared/clock.rs"]
 mod clock;
 #[path = "../shared/cpu.rs"]
 mod cpu;
@@ -34,7 +34,7 @@ mod publishing;
 #[path = "../shared/redis.rs"]
 mod redis;
 #[allow(dead_code)]
-#[path = "../publish/report.rs"]
+#[path = "../shared/report.rs"]
 mod report;
 mod snapshot;
 
