@@ -25,6 +25,8 @@ use ankusa::store::{keys, keys::meta, Cf, Store};
 use rocksdb::{ColumnFamilyDescriptor, DBCompressionType, Options, WriteBatch, DB};
 use serde_json::json;
 
+#[path = "shared/figures.rs"]
+mod figures;
 #[path = "shared/rows.rs"]
 mod rows;
 
@@ -139,10 +141,7 @@ fn ms(d: Duration) -> f64 {
 }
 
 fn pct(sorted: &[Duration], q: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+    figures::percentile(sorted, q).unwrap_or(Duration::ZERO)
 }
 
 /// Start the trail on the store at `dir`: a sink that confirmed every built row, retention

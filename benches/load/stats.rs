@@ -104,11 +104,7 @@ impl Stages {
 
 /// The `p` percentile of sorted `latencies`, in milliseconds (NaN when there are none).
 pub fn percentile(latencies: &[Duration], p: f64) -> f64 {
-    if latencies.is_empty() {
-        return f64::NAN;
-    }
-    let at = ((latencies.len() as f64 * p) as usize).min(latencies.len() - 1);
-    latencies[at].as_secs_f64() * 1000.0
+    crate::figures::percentile(latencies, p).map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
 }
 
 pub use crate::figures::median;

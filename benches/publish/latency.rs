@@ -26,7 +26,7 @@ pub struct Stage {
 impl Stage {
     fn of(mut ms: Vec<f64>) -> Stage {
         ms.sort_by(|a, b| a.total_cmp(b));
-        let pct = |p: f64| ms[((ms.len() as f64 * p) as usize).min(ms.len() - 1)];
+        let pct = |p: f64| crate::figures::percentile(&ms, p).unwrap_or(f64::NAN);
         Stage {
             p50: pct(0.50),
             p99: pct(0.99),

@@ -17,3 +17,10 @@ pub fn spread(figures: &[f64]) -> (f64, f64) {
             (lo.min(*f), hi.max(*f))
         })
 }
+
+/// The `p` quantile of `sorted` (ascending), by nearest rank: the value at `len * p`, the
+/// last one for 1.0 (`None` when there is none). Every bench's p50 and p99 come from here.
+pub fn percentile<T: Copy>(sorted: &[T], p: f64) -> Option<T> {
+    let last = sorted.len().checked_sub(1)?;
+    Some(sorted[((sorted.len() as f64 * p) as usize).min(last)])
+}
