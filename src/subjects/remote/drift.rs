@@ -17,9 +17,11 @@
 //! row and a refresh row whose event says it is gone, at the store's version read with its
 //! absence, then leaves the index; a crash before that only repeats the rows.
 //!
-//! A subject whose JSON is not one (or names another revision than the store's) cannot be
-//! published: it gets its drift row once per process, no event, and replicas keep its last
-//! state. Passes run every `verify_interval` and on demand (`POST /admin/v1/stores/verify`).
+//! A subject whose JSON is not one (or is another subject's, or whose `rev` is not a
+//! number) cannot be published: it gets its drift row once per process, no event, and
+//! replicas keep its last state. Passes run every `verify_interval` and on demand (`POST /admin/v1/stores/verify`),
+//! one at a time on a node; nodes that check at once may both publish a drift another left
+//! marked (the same state at the same version: a replica takes it once).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -106,8 +108,20 @@ pub trait Verifiable: Send + Sync {
     async fn verify(&self) -> Result<Report, StoreError>;
 }
 
-/// Drifts already reported that cannot be published, per process: (tenant, id, MAC found).
-pub(crate) type Reported = Arc<Mutex<HashSet<(String, String, String)>>>;
+/// What a node's passes over a kind share: one pass at a time (a pass that met another's mark
+/// would publish its drift again), and the drifts already reported that cannot be published,
+/// per process: (tenant, id, MAC found).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Passes {
+    one: Arc<tokio::sync::Mutex<()>>,
+    reported: Arc<Mutex<HashSet<(String, String, String)>>>,
+}
+
+impl Passes {
+    fn reported(&self) -> std::sync::MutexGuard<'_, HashSet<(String, String, String)>> {
+        self.reported.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
 
 #[async_trait::async_trait]
 impl<T: RemoteSubject> Verifiable for Remote<T> {
@@ -116,6 +130,7 @@ impl<T: RemoteSubject> Verifiable for Remote<T> {
     }
 
     async fn verify(&self) -> Result<Report, StoreError> {
+        let _one = self.passes.one.lock().await;
         let started = Instant::now();
         let mut report = Report {
             kind: T::KIND,
@@ -169,20 +184,12 @@ impl<T: RemoteSubject> Remote<T> {
         let _held = self.locks.lock(&d.tenant, &d.id).await;
         let Some(subject) = d.subject.clone() else {
             let seen = (d.tenant.clone(), d.id.clone(), d.actual.clone());
-            if self
-                .reported
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .contains(&seen)
-            {
+            if self.passes.reported().contains(&seen) {
                 return Ok(false);
             }
             let store = self.store.version().await?.store;
             self.drift_row(&d, store, None).await?;
-            self.reported
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(seen);
+            self.passes.reported().insert(seen);
             return Ok(false);
         };
         let stamp = if d.marked {

@@ -317,8 +317,8 @@ pub struct Remote<T: RemoteSubject> {
     /// One dual write at a time per subject, so that rows finish in the order the store
     /// applied them (see `order.rs`).
     locks: SubjectLocks,
-    /// Drifts this process reported and could not publish, each reported once.
-    reported: drift::Reported,
+    /// The drift check's passes over the kind (one at a time) and what they reported.
+    passes: drift::Passes,
 }
 
 impl<T: RemoteSubject> Clone for Remote<T> {
@@ -328,7 +328,7 @@ impl<T: RemoteSubject> Clone for Remote<T> {
             trail: self.trail.clone(),
             gate: self.gate.clone(),
             locks: self.locks.clone(),
-            reported: self.reported.clone(),
+            passes: self.passes.clone(),
         }
     }
 }
@@ -341,7 +341,7 @@ impl<T: RemoteSubject> Remote<T> {
             trail,
             gate: Gate::default(),
             locks: SubjectLocks::default(),
-            reported: drift::Reported::default(),
+            passes: drift::Passes::default(),
         }
     }
 
