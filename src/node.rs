@@ -124,11 +124,15 @@ async fn serve_on(
     let sources =
         RemoteSources::open(&config.sources, trail).context("opening the source store")?;
     // What this node knew of the shared stores before it stopped: their floors and names.
-    let recalled = |kind| Recalled::read(trail, kind).context("reading m:remote");
-    routes.store().recall(&recalled(routes::Route::KIND)?);
+    let recalled = |kind| async move {
+        Recalled::read(trail, kind)
+            .await
+            .context("reading m:remote")
+    };
+    routes.store().recall(&recalled(routes::Route::KIND).await?);
     if let Some(sources) = &sources {
         let kind = crate::subjects::sources::Source::KIND;
-        sources.remote().store().recall(&recalled(kind)?);
+        sources.remote().store().recall(&recalled(kind).await?);
     }
     // The publisher's lanes start once every sink is built and every position read.
     let publisher = lifecycle::start(&config.lifecycle, &config.node.uri, trail, stop.clone())

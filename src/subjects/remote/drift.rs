@@ -57,8 +57,8 @@ pub struct Drifted<T> {
     pub version: u64,
     /// The MAC stored beside it (what the fleet's last write of it signed).
     pub expected: Option<String>,
-    /// The MAC of what is there.
-    pub actual: String,
+    /// The MAC of what is there (`None`: nothing is, the subject is gone).
+    pub actual: Option<String>,
     /// Adopted already, its rows not yet written (a pass cut short).
     pub marked: bool,
 }
@@ -183,7 +183,11 @@ impl<T: RemoteSubject> Remote<T> {
     async fn drifted(&self, d: Drifted<T>) -> Result<bool, StoreError> {
         let _held = self.locks.lock(&d.tenant, &d.id).await;
         let Some(subject) = d.subject.clone() else {
-            let seen = (d.tenant.clone(), d.id.clone(), d.actual.clone());
+            let seen = (
+                d.tenant.clone(),
+                d.id.clone(),
+                d.actual.clone().unwrap_or_default(),
+            );
             if self.passes.reported().contains(&seen) {
                 return Ok(false);
             }
@@ -247,7 +251,7 @@ impl<T: RemoteSubject> Remote<T> {
             json: None,
             version: found.stamp.version,
             expected: None,
-            actual: String::new(),
+            actual: None,
             marked: false,
         };
         let change = self
@@ -287,13 +291,12 @@ impl<T: RemoteSubject> Remote<T> {
     /// The change of `d`'s drift row.
     fn drift_change(&self, d: &Drifted<T>, store: Option<String>, found: Option<Value>) -> Change {
         telemetry::remote::drift_found(T::KIND, &d.tenant, &d.id, d.version);
-        let actual = Some(d.actual.clone()).filter(|mac| !mac.is_empty());
         Change::new(format!("{}.drift", T::KIND), resource::<T>(&d.id))
             .tenant(d.tenant.clone())
             .detail("store", store)
             .detail("version", d.version)
             .detail("expected_mac", d.expected.clone())
-            .detail("found_mac", actual)
+            .detail("found_mac", d.actual.clone())
             .detail("readable", found.is_some())
             .states(None, found)
     }

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::audit::Trail;
 use crate::store::keys::meta;
-use crate::store::{Store, StoreError};
+use crate::store::{blocking, Store, StoreError};
 
 /// What a node knows of a kind's shared store.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,21 +29,21 @@ pub struct Recalled {
 }
 
 impl Recalled {
-    /// What `trail` kept for `kind` (nothing on a new store). A value that does not decode
-    /// is an error: a floor silently lost could let a version be issued twice.
-    pub fn read(trail: &Trail, kind: &str) -> Result<Recalled, StoreError> {
-        Recalled::read_store(trail.store(), kind)
+    /// What `trail` kept for `kind` (nothing on a new store), read off the runtime. A value
+    /// that does not decode is an error: a floor silently lost could let a version be
+    /// issued twice.
+    pub async fn read(trail: &Trail, kind: &'static str) -> Result<Recalled, StoreError> {
+        let store = trail.store().clone();
+        blocking::try_run("reading m:remote", move || {
+            Recalled::read_store(&store, kind)
+        })
+        .await
     }
 
-    /// [`Recalled::read`] from the node's store itself (a node stopped).
+    /// [`Recalled::read`] from the node's store itself (blocks: a node stopped, or off the
+    /// runtime).
     pub fn read_store(store: &Store, kind: &str) -> Result<Recalled, StoreError> {
-        let Some(bytes) = store.meta(&meta::remote(kind))? else {
-            return Ok(Recalled::default());
-        };
-        serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {
-            what: format!("m:remote:{kind}"),
-            detail: e.to_string(),
-        })
+        Ok(store.meta_json(&meta::remote(kind))?.unwrap_or_default())
     }
 
     /// Keep it for `kind` in `trail`.

@@ -157,7 +157,7 @@ impl<T: RemoteSubject> RedisStore<T> {
             json,
             version: ver.and_then(|v| v.parse().ok()).unwrap_or(0),
             expected: mac,
-            actual,
+            actual: Some(actual),
             marked,
         })
     }

@@ -124,6 +124,12 @@ impl<T: RemoteSubject> RedisStore<T> {
         &self.counter_key
     }
 
+    /// `pipe` followed by reads of the counter and Redis's clock: the store's version
+    /// ([`store_version`](Self::store_version)), read in the pipeline's step.
+    fn counter_and_time<'p>(&self, pipe: &'p mut redis::Pipeline) -> &'p mut redis::Pipeline {
+        pipe.cmd("GET").arg(self.counter_key()).cmd("TIME")
+    }
+
     /// Run write script `invocation` of subject `key`, the process's floor its last argument,
     /// and take its reply: the counter it found, the replicas asked for, the outcome.
     async fn write(
@@ -202,12 +208,10 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
         // Absent: read again in one transaction, so that the store's version is read in the
         // same step as the subject's absence (it may have been created meanwhile).
         let seen = self.counted.load(Ordering::Relaxed);
-        let (fields, counter, time): (Fields, Option<u64>, (u64, u64)) = redis::pipe()
-            .atomic()
-            .add_command(read_fields(&key))
-            .cmd("GET")
-            .arg(self.counter_key())
-            .cmd("TIME")
+        let mut pipe = redis::pipe();
+        pipe.atomic().add_command(read_fields(&key));
+        let (fields, counter, time): (Fields, Option<u64>, (u64, u64)) = self
+            .counter_and_time(&mut pipe)
             .query_async(&mut conn)
             .await
             .map_err(|e| self.failed(e))?;
@@ -245,11 +249,8 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
     async fn version(&self) -> Result<Stamp, StoreError> {
         let (mut conn, name) = self.conn().await?;
         let seen = self.counted.load(Ordering::Relaxed);
-        let (counter, time): (Option<u64>, (u64, u64)) = redis::pipe()
-            .atomic()
-            .cmd("GET")
-            .arg(self.counter_key())
-            .cmd("TIME")
+        let (counter, time): (Option<u64>, (u64, u64)) = self
+            .counter_and_time(redis::pipe().atomic())
             .query_async(&mut conn)
             .await
             .map_err(|e| self.failed(e))?;
