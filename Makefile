@@ -18,8 +18,9 @@ bench: ## Throughput and latency figures, as ratios against raw baselines
 	cargo bench --bench load
 	cargo bench --bench store
 
-lint:  ## Formatting and clippy, as CI wants them
+lint:  ## Formatting, cargo deny and clippy, as CI wants them
 	cargo fmt --all -- --check
+	scripts/deny
 	cargo clippy --workspace --all-targets --all-features -- -D warnings
 
 fmt:
