@@ -84,7 +84,7 @@ pub enum CommitError<E> {
 
 impl<E> From<StoreError> for CommitError<E> {
     fn from(e: StoreError) -> Self {
-        tracing::error!(error = %e, "store error while validating a change");
+        crate::telemetry::audit::validation_failed(&e);
         CommitError::StoreUnavailable
     }
 }
@@ -181,16 +181,18 @@ impl Trail {
         options: TrailOptions,
         clock: Arc<dyn Clock>,
     ) -> Result<Trail, StoreError> {
-        // A restored store starts its new incarnation before the writer boots or takes a change.
         let tree = options.tree.enabled;
-        restore::first_boot::start_incarnation(&store, options.lifecycle, tree, clock.as_ref())?;
         let Boot {
             hasher,
             counters,
-            history,
+            mut history,
             refresh_pending,
             checkpoint_key,
         } = writer::boot(&store, &options.sinks, tree, clock.now_ms())?;
+        // A restored store opens its new incarnation in the writer's first group, before it
+        // takes a change.
+        let opening = restore::first_boot::opening(&store, &mut history, counters.last_seq)?;
+        let refresh_pending = opening.as_ref().map(|o| o.from()).or(refresh_pending);
         let signing = checkpoint_key.map(|key| Signing {
             key,
             origin: tree::checkpoint::origin(history.current().id),
@@ -203,6 +205,7 @@ impl Trail {
             &options,
             clock.clone(),
             (dual.boot_last, history.current().base),
+            opening.as_ref(),
         )?;
         Ok(Trail(Arc::new(Shared {
             requests: running.requests,

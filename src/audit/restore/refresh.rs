@@ -23,7 +23,7 @@ use crate::audit::dual::settle::Present;
 use crate::audit::row::{decode_row, Change, Row, RowResult, Stamp, Versioning};
 use crate::audit::writer::stage::Staged;
 use crate::audit::writer::sync::row_as_written;
-use crate::audit::writer::{Admitted, Group, Writer};
+use crate::audit::writer::{Group, Writer};
 use crate::store::{keys, Cf, Store, StoreError};
 
 /// The verb of a state-refresh row's action: `<kind>.refresh`.
@@ -136,7 +136,7 @@ pub(crate) fn states(
                 states.note(row, kinds);
             }
             Err(e) => {
-                tracing::error!(error = %e, "a trail row does not decode; every subject is refreshed");
+                crate::telemetry::remote::refresh_row_undecodable(&e);
                 states.damaged += 1;
             }
         }
@@ -209,7 +209,7 @@ pub(crate) fn take(w: &mut Writer, g: &mut Group, at: u64, req: RefreshReq) -> R
         Some(p) => (Some(p.state), p.view),
         None => (None, Value::Null),
     };
-    let hash = w.hasher.hash(state.as_ref());
+    let hash = w.hasher().hash(state.as_ref());
     let skip = r.snapshot.is_none();
     let before_hash = match r.known {
         Some(Known::State(known)) if skip && known == hash => {
@@ -240,14 +240,12 @@ pub(crate) fn take(w: &mut Writer, g: &mut Group, at: u64, req: RefreshReq) -> R
         .versioning(r.stamp.map_or(Versioning::None, Versioning::Stamped));
     change.revision = r.revision;
     change.snapshot = r.snapshot;
-    let staged = Staged::refresh(w.stamper(), (g.seq + 1, at), change, before_hash);
-    let row = match w.admit(g, staged, true, Vec::new()) {
-        Admitted::Row(row) => Ok(Some(row)),
-        Admitted::Refused | Admitted::Backlog => Err(StoreError::Unavailable(
-            "reading the oldest rows to make room failed".into(),
-        )),
-    };
-    RefreshAnswer { row, reply }
+    let staged = Staged::refresh(w.stamper(), (g.next_seq(), at), change, before_hash);
+    let row = w.append(g, staged);
+    RefreshAnswer {
+        row: Ok(Some(row)),
+        reply,
+    }
 }
 
 #[cfg(test)]

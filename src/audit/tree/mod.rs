@@ -237,23 +237,6 @@ impl Frontier {
         self.size += 1;
     }
 
-    /// Put the row (`seq`, `at`, `value`) into `batch`, and its tree nodes beside it when the
-    /// tree is on. The rows of a batch are put in seq order.
-    pub(crate) fn put_row(
-        tree: Option<&mut Frontier>,
-        audit: &ColumnFamily,
-        batch: &mut WriteBatch,
-        (seq, at): (u64, u64),
-        value: &[u8],
-    ) {
-        let key = keys::row_key(seq, at);
-        batch.put_cf(audit, key, value);
-        if let Some(tree) = tree {
-            debug_assert_eq!(seq, tree.next_seq(), "rows join the tree in seq order");
-            tree.put_nodes(audit, batch, &key, value);
-        }
-    }
-
     /// Append the row with `key` and `value` and put the nodes it adds that are stored into
     /// `batch`: a subtree of [`STORED_LEVEL`] levels or more at once, the leaf with its tile
     /// when the tile is full, else by [`Frontier::flush`] once the batch has all its rows.
@@ -362,7 +345,7 @@ impl Trail {
                     _ = tick.tick() => {}
                 }
                 if let Err(e) = trail.checkpoint_now().await {
-                    tracing::warn!(target: "ankusa::audit", error = %e, "checkpoint not signed");
+                    crate::telemetry::audit::checkpoint_failed(&e);
                 }
             }
         })

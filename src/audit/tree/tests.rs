@@ -42,6 +42,21 @@ fn the_frontier_gives_the_rfc_6962_test_roots() {
     }
 }
 
+/// Put row (`seq`, `at`, `value`) into `batch` and its nodes beside it, as the writer does.
+fn put_row(
+    tree: Option<&mut Frontier>,
+    audit: &rocksdb::ColumnFamily,
+    batch: &mut WriteBatch,
+    (seq, at): (u64, u64),
+    value: &[u8],
+) {
+    let key = keys::row_key(seq, at);
+    batch.put_cf(audit, key, value);
+    if let Some(tree) = tree {
+        tree.put_nodes(audit, batch, &key, value);
+    }
+}
+
 /// A store with `n` rows (seq 1..=n) and their tree nodes, and the frontier after them.
 fn store_with_rows(n: u64) -> (tempfile::TempDir, Store, Frontier, Vec<Vec<u8>>) {
     let dir = tempfile::tempdir().unwrap();
@@ -52,7 +67,7 @@ fn store_with_rows(n: u64) -> (tempfile::TempDir, Store, Frontier, Vec<Vec<u8>>)
     TreeMeta::put(store.cf(Cf::Audit), &mut batch, 1, Layout::Tiles);
     for seq in 1..=n {
         let value = format!("{{\"seq\":{seq}}}").into_bytes();
-        Frontier::put_row(
+        put_row(
             Some(&mut tree),
             store.cf(Cf::Audit),
             &mut batch,
@@ -355,8 +370,8 @@ fn store_of_thin_layout(n: u64, tiled: u64) -> (tempfile::TempDir, Store, Fronti
 /// What `verify` finds in `store`: the tree's size and root, or the first bad seq.
 fn verified(store: &Store) -> Result<(u64, String), u64> {
     match verify::verify(store, None, &[], &mut |_, _| {}).unwrap() {
-        verify::Outcome::Verified(s) => Ok((s.size, s.root)),
-        verify::Outcome::Broken { seq, .. } => Err(seq),
+        verify::Verification::Verified(s) => Ok((s.size, s.root)),
+        verify::Verification::Broken { seq, .. } => Err(seq),
     }
 }
 
@@ -410,7 +425,7 @@ fn a_batch_puts_the_tile_it_ends_in_once() {
     let mut batch = WriteBatch::default();
     for seq in 21..=40 {
         let value = format!("{{\"seq\":{seq}}}").into_bytes();
-        Frontier::put_row(
+        put_row(
             Some(&mut tree),
             audit,
             &mut batch,

@@ -18,7 +18,7 @@ use super::stage::{Staged, Stamper};
 use super::tx::{Op, Tx};
 use super::Writer;
 use crate::audit::bounds::prune::{self, Pruning, SweepBatch};
-use crate::audit::context::Context;
+use crate::audit::context::{Admission, Context};
 use crate::audit::row::Row;
 use crate::store::{Cf, StoreError};
 use crate::telemetry;
@@ -61,57 +61,92 @@ impl Writer {
             Err(_) => {
                 // A change's own code panicked: nothing of it is written, the caller hears
                 // StoreUnavailable, and the writer goes on.
-                tracing::error!("a change panicked while being validated; not written");
+                telemetry::audit::change_panicked();
                 return Admitted::Refused;
             }
         };
         // Validated first: a change that would change nothing (a missing subject, bad input)
-        // hears why, backlog or not. One that would is refused here, its ops dropped.
-        // A system or relieving change is never refused: it may push the trail over.
-        let exempt = !ctx.admission().is_bounded();
-        if !exempt && g.backlog_full(&self.limits) {
-            return refuse(g, "backlog");
-        }
+        // hears why, backlog or not. One that would may be refused now, its ops dropped.
         let staged = Staged::new(self.stamper(), g.seq + 1, at, ctx, change);
-        self.admit(g, staged, exempt, ops)
+        self.admit(g, staged, ctx.admission(), ops)
     }
 
-    /// Put a staged row (and the ops of its change) into the group under the next seq, after
-    /// pruning the trail to make room for it under the ceilings; a change that is not
-    /// `exempt` is refused if it still does not fit.
+    /// The one way a row that may be refused enters a batch: put `staged` (the group's next
+    /// seq) and the ops of its change into the group, once [`Writer::reserve`] made room for
+    /// it as `admission` allows. Only a bounded change is ever refused.
     pub(crate) fn admit(
         &mut self,
         g: &mut Group,
         staged: Staged,
-        exempt: bool,
+        admission: Admission,
         ops: Vec<Op>,
     ) -> Admitted {
-        match self.make_room(g, staged.bytes()) {
-            Ok(fits) => {
-                if !fits && !exempt {
-                    return refuse(g, "ceiling");
-                }
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "reading the oldest rows failed; change not written");
-                return Admitted::Refused;
-            }
+        match self.reserve(g, staged.bytes(), admission) {
+            Ok(()) => {}
+            Err(NoRoom::Backlog) => return Admitted::Backlog,
+            Err(NoRoom::Unreadable) => return Admitted::Refused,
         }
-        g.seq += 1;
         for (cf, key, value) in ops {
-            match &value {
-                Some(v) => g.batch.put_cf(self.store.cf(cf), &key, v),
-                None => g.batch.delete_cf(self.store.cf(cf), &key),
-            }
-            g.overlay.insert((cf, key), value);
+            g.stage(&self.store, cf, key, value);
         }
-        let row = staged.put(self.store.cf(Cf::Audit), g);
-        Admitted::Row(Box::new(row))
+        Admitted::Row(Box::new(self.put(g, staged)))
+    }
+
+    /// The one way a row that is never refused enters a batch (the node's own: a finished
+    /// dual write, a refresh, a checkpoint, a new incarnation): `staged` goes in under the
+    /// group's next seq, over a ceiling if it must.
+    pub(crate) fn append(&mut self, g: &mut Group, staged: Staged) -> Box<Row> {
+        self.make_room_over(g, staged.bytes());
+        Box::new(self.put(g, staged))
+    }
+
+    fn put(&self, g: &mut Group, staged: Staged) -> Row {
+        debug_assert_eq!(
+            staged.seq(),
+            g.next_seq(),
+            "a row takes the group's next seq"
+        );
+        staged.put(self.store.cf(Cf::Audit), g)
+    }
+
+    /// Make room in group `g` for `need` bytes of trail as `admission` allows: a bounded
+    /// change is refused when the outbox backlog is full, or when pruning (oldest first,
+    /// below the cursor) cannot bring the trail under the ceilings with it or cannot read the
+    /// oldest rows. Any other change is never refused: it goes over a ceiling if it must.
+    pub(crate) fn reserve(
+        &mut self,
+        g: &mut Group,
+        need: u64,
+        admission: Admission,
+    ) -> Result<(), NoRoom> {
+        if !admission.is_bounded() {
+            self.make_room_over(g, need);
+            return Ok(());
+        }
+        if g.backlog_full(&self.limits) {
+            return Err(refuse(g, "backlog"));
+        }
+        match self.make_room(g, need) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(refuse(g, "ceiling")),
+            Err(e) => {
+                telemetry::audit::room_unreadable(&e, false);
+                Err(NoRoom::Unreadable)
+            }
+        }
+    }
+
+    /// Make what room pruning can for `need` bytes of a row that is taken whether it fits
+    /// or not.
+    fn make_room_over(&mut self, g: &mut Group, need: u64) {
+        if let Err(e) = self.make_room(g, need) {
+            telemetry::audit::room_unreadable(&e, true);
+        }
     }
 
     /// Delete the oldest rows group `g` may until a row of `need` bytes fits under the
     /// ceilings, counting them as pruned by the ceilings. Whether it fits.
-    pub(crate) fn make_room(&mut self, g: &mut Group, need: u64) -> Result<bool, StoreError> {
+    fn make_room(&mut self, g: &mut Group, need: u64) -> Result<bool, StoreError> {
         let limits = self.limits;
         let (pruned, fits) = self.pruning(g).make_room(need, &limits)?;
         g.pruned.ceiling += pruned;
@@ -140,9 +175,17 @@ impl Writer {
     }
 }
 
+/// Why [`Writer::reserve`] found no room.
+pub(crate) enum NoRoom {
+    /// The outbox backlog or a ceiling: the caller hears `AuditBacklog`.
+    Backlog,
+    /// The oldest rows could not be read.
+    Unreadable,
+}
+
 /// Refuse a change with `AuditBacklog` (`reason`: which limit) before it takes a seq.
-fn refuse(g: &mut Group, reason: &'static str) -> Admitted {
+fn refuse(g: &mut Group, reason: &'static str) -> NoRoom {
     g.refused += 1;
     telemetry::audit::change_refused(reason);
-    Admitted::Backlog
+    NoRoom::Backlog
 }

@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 
 use super::group::Group;
 use super::stage::Staged;
-use super::{Admitted, Writer};
+use super::Writer;
 use crate::audit::context::Context;
 use crate::audit::row::{Change, Row};
 use crate::audit::tree::checkpoint::CheckpointKey;
@@ -49,11 +49,8 @@ impl Writer {
             ..Change::default()
         }
         .entity(entity);
-        let staged = Staged::new(self.stamper(), g.seq + 1, at, &Context::system(), change);
-        // A system row: never refused, over a ceiling if it must be.
-        let Admitted::Row(row) = self.admit(g, staged, true, Vec::new()) else {
-            return None;
-        };
+        let staged = Staged::new(self.stamper(), g.next_seq(), at, &Context::system(), change);
+        let row = self.append(g, staged);
         g.checkpointed = row.seq;
         g.batch.put_cf(
             self.store.cf(Cf::Audit),

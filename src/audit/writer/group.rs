@@ -13,8 +13,8 @@ use rocksdb::WriteBatch;
 use tokio::sync::oneshot;
 
 use super::admit::Admitted;
-use super::pipe::Pipe;
 use super::request::{Advance, Request};
+use super::stage::Staged;
 use super::sync::{Counters, Prepared, Taken};
 use super::tx::Overlay;
 use super::Writer;
@@ -22,37 +22,54 @@ use crate::audit::bounds::limits::{Limits, Pruned};
 use crate::audit::bounds::prune;
 use crate::audit::bounds::usage::Usage;
 use crate::audit::clock::ClockGuard;
+use crate::audit::context::Context;
 use crate::audit::dual::writer_side as dual;
+use crate::audit::restore::first_boot::Opening;
 use crate::audit::restore::refresh;
 use crate::audit::tree::Frontier;
-use crate::store::{keys, keys::meta, Cf, StoreError};
+use crate::store::{keys, keys::meta, Cf, Store, StoreError};
 
 /// The group being built: its batch and what it would make of the writer's state.
 pub(crate) struct Group {
     /// Every write of the group, applied in one synced write.
-    pub(crate) batch: WriteBatch,
+    pub(super) batch: WriteBatch,
     /// The local subjects' writes so far, for the changes validated after them.
-    pub(crate) overlay: Overlay,
+    pub(super) overlay: Overlay,
     /// The trail's rows and bytes as the group leaves them.
-    pub(crate) usage: Usage,
+    pub(super) usage: Usage,
     /// The last seq the group hands out.
-    pub(crate) seq: u64,
+    pub(super) seq: u64,
     /// The sinks' positions as the group leaves them.
-    pub(crate) positions: BTreeMap<String, u64>,
+    pub(super) positions: BTreeMap<String, u64>,
     /// The rows it prunes.
-    pub(crate) pruned: Pruned,
+    pub(super) pruned: Pruned,
     /// The changes it refuses for the ceilings or the backlog.
-    pub(crate) refused: u64,
+    pub(super) refused: u64,
     /// The Merkle tree as the group leaves it (`None`: the tree is off).
-    pub(crate) tree: Option<Frontier>,
+    pub(super) tree: Option<Frontier>,
     /// The seq of the last checkpoint row as the group leaves it.
-    pub(crate) checkpointed: u64,
+    pub(super) checkpointed: u64,
     /// The pending ids it begins: the writer forgets what it kept of them if the group is
     /// not written.
-    pub(crate) begun: Vec<u64>,
+    pub(super) begun: Vec<u64>,
 }
 
 impl Group {
+    /// Stage a write (`None`: a delete) of `key` in `cf`: into the batch, and into the overlay
+    /// the changes validated after it read.
+    pub(crate) fn stage(&mut self, store: &Store, cf: Cf, key: Vec<u8>, value: Option<Vec<u8>>) {
+        match &value {
+            Some(v) => self.batch.put_cf(store.cf(cf), &key, v),
+            None => self.batch.delete_cf(store.cf(cf), &key),
+        }
+        self.overlay.insert((cf, key), value);
+    }
+
+    /// The seq the next row of the group takes.
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.seq + 1
+    }
+
     /// Whether the outbox backlog, as this group leaves it (`m:audit_seq` minus the cursor),
     /// refuses an operator's change.
     pub(crate) fn backlog_full(&self, limits: &Limits) -> bool {
@@ -92,9 +109,44 @@ impl Writer {
         }
     }
 
+    /// The first group, written on this thread before the writer serves: it opens the new
+    /// incarnation of a restored store (see `restore::first_boot`) with its row, which takes
+    /// the next seq like any other, and the meta the opening stages beside it.
+    pub(super) fn open(&mut self, opening: &Opening) -> Result<(), StoreError> {
+        let mut o = self.next_group(0);
+        let (g, at) = (&mut o.g, o.at);
+        let staged = Staged::new(
+            self.stamper(),
+            g.next_seq(),
+            at,
+            &Context::system(),
+            opening.change(),
+        );
+        let row = self.append(g, staged);
+        opening.stage_meta(&self.store, g);
+        let (prepared, _) = self.close(o);
+        let prunes = self.head.staged() > 0;
+        self.head.handed_over();
+        // Synced: the incarnation, its row, the refresh marker and the flag's deletion are
+        // durable together before the writer takes the first change of the new incarnation.
+        if let Err(e) = self.store.write(prepared.batch, true) {
+            self.head.unwritten();
+            return Err(e);
+        }
+        fail::fail_point!("audit::restore::after_batch");
+        self.unsynced.pop_front();
+        self.written = self.counters.clone();
+        if prunes {
+            self.head.written();
+        }
+        crate::telemetry::audit::row_committed(&row);
+        opening.opened();
+        Ok(())
+    }
+
     /// The next group: it starts from the counters the last group handed over leaves, at a
-    /// commit time never before the last row's.
-    pub(super) fn next_group(&self, pipe: &Pipe) -> Preparing {
+    /// commit time never before the last row's. `epoch` is the pipe's.
+    pub(super) fn next_group(&self, epoch: u64) -> Preparing {
         let wall = self.clock.now_ms();
         let mut clock = self.counters.clock;
         clock.observe(wall, self.clock.monotonic_ms());
@@ -115,7 +167,7 @@ impl Writer {
             at: wall.max(self.counters.last_at),
             clock,
             started: Instant::now(),
-            epoch: pipe.epoch,
+            epoch,
             advanced: false,
             checkpoint: Vec::new(),
         }
@@ -170,10 +222,8 @@ impl Writer {
 
     /// Stage a sink's new position and its dead letters.
     fn take_advance(&self, g: &mut Group, advance: Advance) -> Taken {
-        let dead_letters = self.store.cf(Cf::DeadLetters);
         for (key, value) in advance.dead_letters {
-            g.batch.put_cf(dead_letters, &key, &value);
-            g.overlay.insert((Cf::DeadLetters, key), Some(value));
+            g.stage(&self.store, Cf::DeadLetters, key, Some(value));
         }
         g.batch.put_cf(
             self.store.cf(Cf::Audit),

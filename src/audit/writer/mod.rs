@@ -34,7 +34,7 @@ pub(crate) mod stage;
 pub(crate) mod sync;
 pub(crate) mod tx;
 
-pub(crate) use admit::Admitted;
+pub(crate) use admit::NoRoom;
 pub(crate) use boot::{boot, reachable, Boot};
 pub(crate) use checkpoint::Signing;
 pub(crate) use group::Group;
@@ -50,6 +50,7 @@ use crate::audit::bounds::limits::{Limits, SharedStats};
 use crate::audit::bounds::prune::Head;
 use crate::audit::dual::writer_side::Begun;
 use crate::audit::hash::SubjectHasher;
+use crate::audit::restore::first_boot::Opening;
 use crate::audit::{Clock, TrailOptions};
 use crate::store::{Store, StoreError};
 use sync::{Counters, Syncer};
@@ -61,33 +62,76 @@ pub const MAX_GROUP: usize = 1024;
 
 /// The writer thread's state.
 pub(crate) struct Writer {
-    pub store: Store,
-    pub rx: mpsc::Receiver<Request>,
-    pub hasher: SubjectHasher,
-    pub clock: Arc<dyn Clock>,
+    store: Store,
+    rx: mpsc::Receiver<Request>,
+    hasher: SubjectHasher,
+    clock: Arc<dyn Clock>,
     /// The counters as the last group handed to the syncer leaves them: the next group
     /// starts from here.
-    pub counters: Counters,
+    counters: Counters,
     /// The counters as of the last group on disk: pruning reads the store only below its
     /// seq, and a batch that fails rolls `counters` back to it.
-    pub written: Counters,
+    written: Counters,
     /// Whether lifecycle events are on: entities go to the outbox and rows are flagged.
-    pub lifecycle: bool,
+    lifecycle: bool,
     /// The current incarnation's base: a local subject's row `seq` gets version `base + seq`.
-    pub version_base: u64,
+    version_base: u64,
     /// The oldest rows, read ahead, for the ceilings and the retention sweep to delete.
-    pub head: Head,
+    head: Head,
     /// Retention and ceilings.
-    pub limits: Limits,
+    limits: Limits,
     /// The last pending id handed out (`m:pending_seq`).
-    pub last_pending_id: u64,
+    last_pending_id: u64,
     /// The writes of the groups handed to the syncer and not yet known to be on disk, oldest
     /// first: what a change reads after its own group's.
-    pub unsynced: VecDeque<Overlay>,
+    unsynced: VecDeque<Overlay>,
     /// What checkpoints are signed with (`None`: the tree is off).
-    pub signing: Option<Signing>,
+    signing: Option<Signing>,
     /// The pending rows begun in this run and not yet moved into the trail, by id.
-    pub begun: HashMap<u64, Begun>,
+    begun: HashMap<u64, Begun>,
+}
+
+/// What the parts that hand the writer their own requests (`dual::writer_side`,
+/// `restore::refresh`) may use of it: rows go in only through [`Writer::admit`] and
+/// [`Writer::append`].
+impl Writer {
+    /// The subject states' hasher (its key never leaves the writer).
+    pub(crate) fn hasher(&self) -> &SubjectHasher {
+        &self.hasher
+    }
+
+    /// Whether lifecycle events are on.
+    pub(crate) fn lifecycle(&self) -> bool {
+        self.lifecycle
+    }
+
+    /// The store.
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The store as group `g` sees it: the groups not yet written and its own writes on top.
+    pub(crate) fn tx<'a>(&'a self, g: &'a Group) -> tx::Tx<'a> {
+        tx::Tx::new(&self.store, &g.overlay, &self.unsynced)
+    }
+
+    /// The next pending id (the group's close puts `m:pending_seq`).
+    pub(crate) fn next_pending_id(&mut self) -> u64 {
+        self.last_pending_id += 1;
+        self.last_pending_id
+    }
+
+    /// Keep pending row `id`, begun in group `g`, until it moves into the trail (forgotten
+    /// if the group is not written).
+    pub(crate) fn keep_begun(&mut self, g: &mut Group, id: u64, begun: Begun) {
+        self.begun.insert(id, begun);
+        g.begun.push(id);
+    }
+
+    /// Pending row `id`, if it was begun in this run and not yet moved into the trail.
+    pub(crate) fn take_begun(&mut self, id: u64) -> Option<Begun> {
+        self.begun.remove(&id)
+    }
 }
 
 /// A started writer: what the trail keeps of it.
@@ -104,19 +148,18 @@ pub(crate) struct Running {
 
 /// Start the writer and syncer threads on a booted store: the writer counts on from `counters`,
 /// hands out pending ids after `last_pending_id` and versions from `version_base`, and signs
-/// checkpoints with `signing`.
+/// checkpoints with `signing`. A restored store's `opening` is written first, before any
+/// request is served.
 pub(crate) fn start(
     store: &Store,
     (hasher, counters, signing): (SubjectHasher, Counters, Option<Signing>),
     options: &TrailOptions,
     clock: Arc<dyn Clock>,
     (last_pending_id, version_base): (u64, u64),
+    opening: Option<&Opening>,
 ) -> Result<Running, StoreError> {
     let (requests, rx) = mpsc::channel(options.queue.max(1));
-    let (committed_tx, committed) = watch::channel(counters.last_seq);
-    let stats = SharedStats::at_boot(&counters, options.limits.ceilings());
-    crate::telemetry::audit::ceilings_configured(&options.limits.ceilings());
-    let writer = Writer {
+    let mut writer = Writer {
         store: store.clone(),
         rx,
         hasher,
@@ -132,6 +175,13 @@ pub(crate) fn start(
         signing,
         begun: HashMap::new(),
     };
+    if let Some(opening) = opening {
+        writer.open(opening)?;
+    }
+    let counters = writer.written.clone();
+    let (committed_tx, committed) = watch::channel(counters.last_seq);
+    let stats = SharedStats::at_boot(&counters, options.limits.ceilings());
+    crate::telemetry::audit::ceilings_configured(&options.limits.ceilings());
     let syncer = Syncer {
         store: store.clone(),
         committed: committed_tx,

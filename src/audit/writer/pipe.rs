@@ -110,7 +110,7 @@ impl Writer {
             return true;
         }
         if let Err(std_mpsc::SendError(prepared)) = pipe.groups.send(prepared) {
-            tracing::error!("the audit syncer thread stopped; the writer stops too");
+            crate::telemetry::audit::syncer_stopped();
             sync::complete(prepared.taken, Err(sync::abandoned()), true);
             return false;
         }

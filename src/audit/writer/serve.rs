@@ -58,14 +58,14 @@ impl Writer {
         let Pipe { groups, syncer, .. } = pipe;
         drop(groups);
         if syncer.join().is_err() {
-            tracing::error!("the audit syncer thread panicked");
+            crate::telemetry::audit::syncer_panicked();
         }
         let stop = match served {
             Ok(stop) => stop,
             Err(panic) => std::panic::resume_unwind(panic),
         };
         if let Err(e) = self.store.flush() {
-            tracing::warn!(error = %e, "flushing the store at shutdown failed; the WAL has every commit");
+            crate::telemetry::audit::flush_failed(&e);
         }
         if let Some(done) = stop {
             let _ = done.send(());
@@ -160,13 +160,13 @@ impl Writer {
                     }
                 }
                 self.collect_results(pipe, true);
-                let mut o = self.next_group(pipe);
+                let mut o = self.next_group(pipe.epoch);
                 self.add(&mut o, req);
                 self.submit(pipe, o)
             }
             req => {
                 if s.group.is_none() {
-                    s.group = Some(self.next_group(pipe));
+                    s.group = Some(self.next_group(pipe.epoch));
                 }
                 self.add(s.group.as_mut().expect("made above"), req);
                 true

@@ -12,7 +12,6 @@ use super::group::Group;
 use crate::audit::context::Context;
 use crate::audit::hash::SubjectHasher;
 use crate::audit::row::{Change, Row, RowResult, Versioning, ROW_FORMAT};
-use crate::audit::tree::Frontier;
 use crate::store::keys;
 
 /// What the writer stamps every row with: the subject states' hasher, whether lifecycle events
@@ -94,9 +93,20 @@ impl Staged {
             traceparent: ctx.trace.as_ref().map(|t| t.traceparent.clone()),
             tracestate: ctx.trace.as_ref().and_then(|t| t.tracestate.clone()),
         };
+        Staged::of_row(row, change.entity)
+    }
+
+    /// `row`, already whole (its seq the group's next), with the entity its event carries
+    /// when it is flagged.
+    pub(crate) fn of_row(row: Row, entity: Option<Bytes>) -> Staged {
         let value = serde_json::to_vec(&row).expect("a row always serializes");
-        let entity = change.entity.filter(|_| publish);
+        let entity = entity.filter(|_| row.publish);
         Staged { row, value, entity }
+    }
+
+    /// Its seq.
+    pub(crate) fn seq(&self) -> u64 {
+        self.row.seq
     }
 
     /// The bytes it adds to the trail, keys and values, as `m:audit_usage` counts them.
@@ -108,15 +118,107 @@ impl Staged {
         (keys::ROW_KEY_LEN + self.value.len() + entity) as u64
     }
 
-    /// Put it (and its tree nodes) into the group's batch and count it into its usage.
-    pub(crate) fn put(self, audit: &ColumnFamily, g: &mut Group) -> Row {
+    /// Put it (and its tree nodes) into the group's batch and count it into its usage. The
+    /// one place a row enters a batch: every row comes here through [`Writer::admit`].
+    ///
+    /// [`Writer::admit`]: super::Writer::admit
+    pub(super) fn put(self, audit: &ColumnFamily, g: &mut Group) -> Row {
+        g.seq = self.row.seq;
         g.usage.rows += 1;
         g.usage.bytes += self.bytes();
         let (seq, at) = (self.row.seq, self.row.at);
-        Frontier::put_row(g.tree.as_mut(), audit, &mut g.batch, (seq, at), &self.value);
+        let key = keys::row_key(seq, at);
+        g.batch.put_cf(audit, key, &self.value);
+        if let Some(tree) = g.tree.as_mut() {
+            debug_assert_eq!(seq, tree.next_seq(), "rows join the tree in seq order");
+            tree.put_nodes(audit, &mut g.batch, &key, &self.value);
+        }
         if let Some(entity) = &self.entity {
             g.batch.put_cf(audit, keys::outbox_key(seq), entity);
         }
         self.row
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    /// Every source file under `dir`, with what it holds before its unit tests.
+    fn sources(dir: &Path, out: &mut Vec<(String, String)>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                sources(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs")
+                && path.file_name().is_some_and(|n| n != "tests.rs")
+            {
+                let text = std::fs::read_to_string(&path).unwrap();
+                let code = text.split("#[cfg(test)]").next().unwrap_or("").to_owned();
+                out.push((path.display().to_string(), code));
+            }
+        }
+    }
+
+    /// The key argument of each `put_cf(cf, key, value)` call in `flat` (code without
+    /// whitespace).
+    fn put_keys(flat: &str) -> Vec<&str> {
+        let mut keys = Vec::new();
+        for (at, call) in flat.match_indices("put_cf(") {
+            let args = &flat[at + call.len()..];
+            let (mut depth, mut commas) = (0i32, Vec::new());
+            for (i, c) in args.char_indices() {
+                match c {
+                    '(' | '[' | '{' => depth += 1,
+                    ')' | ']' | '}' if depth == 0 => break,
+                    ')' | ']' | '}' => depth -= 1,
+                    ',' if depth == 0 => commas.push(i),
+                    _ => {}
+                }
+            }
+            if let [first, second, ..] = commas[..] {
+                keys.push(&args[first + 1..second]);
+            }
+        }
+        keys
+    }
+
+    /// The trail's invariant (next seq, tree, outbox, usage, ceilings) is kept in one place
+    /// only if no other code puts a row key or an outbox key into a batch, directly or
+    /// through a binding.
+    #[test]
+    fn no_row_enters_a_batch_but_through_the_writers_append_path() {
+        let mut files = Vec::new();
+        sources(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+            &mut files,
+        );
+        let mut found = Vec::new();
+        for (path, code) in &files {
+            let flat: String = code.split_whitespace().collect();
+            let bound: Vec<&str> = ["row_key(", "outbox_key("]
+                .iter()
+                .flat_map(|f| flat.match_indices(f).map(|(at, _)| &flat[..at]))
+                .filter_map(|before| before.rsplit_once("let")?.1.split_once('='))
+                .map(|(name, _)| name.trim_start_matches("mut"))
+                .collect();
+            for key in put_keys(&flat) {
+                let key = key.trim_start_matches('&');
+                let key = key.split('.').next().unwrap_or(key);
+                if key.contains("row_key(") || key.contains("outbox_key(") || bound.contains(&key) {
+                    found.push((path.clone(), key.to_owned()));
+                }
+            }
+        }
+        let here = |p: &str| p.ends_with("audit/writer/stage.rs");
+        assert!(
+            found.iter().all(|(p, _)| here(p)),
+            "rows put into a batch outside writer/stage.rs: {found:?}"
+        );
+        assert_eq!(
+            found.len(),
+            2,
+            "the row and its outbox entity, here: {found:?}"
+        );
     }
 }

@@ -290,7 +290,7 @@ pub(crate) fn complete(taken: Vec<Taken>, written: Result<u64, StoreError>, stal
             }
             Taken::Advance { sink, to, reply } => {
                 if written.is_ok() {
-                    tracing::debug!(sink = %sink, to, "lifecycle sink position persisted");
+                    telemetry::lifecycle::position_persisted(&sink, to);
                 }
                 let _ = reply.send(written.as_ref().map(|_| ()).map_err(unwritten));
             }

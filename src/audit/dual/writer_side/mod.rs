@@ -16,7 +16,6 @@
 
 use bytes::Bytes;
 use serde_json::Value;
-use tokio::sync::oneshot;
 
 use super::handle::{Finish, Pending};
 use super::pending_row::{decode_pending, PendingRow, PENDING_FORMAT};
@@ -24,11 +23,9 @@ use super::requests::{Answer, Begin, FinishReq, Refusal, SettleReq};
 use super::settle::{Presence, Reading};
 use crate::audit::context::Context;
 use crate::audit::row::{encode_json, Change, Row, RowResult, Stamp, ROW_FORMAT};
-use crate::audit::tree::Frontier;
-use crate::audit::writer::tx::Tx;
-use crate::audit::writer::{Group, Writer};
+use crate::audit::writer::stage::Staged;
+use crate::audit::writer::{Group, NoRoom, Writer};
 use crate::store::{keys, Cf, StoreError};
-use crate::telemetry;
 
 /// Put a pending row into the group: a bounded change (an operator's) may be refused by the
 /// outbox backlog or the ceilings (room is made for the row its finish will write), a system
@@ -40,34 +37,25 @@ pub(crate) fn begin(w: &mut Writer, g: &mut Group, at: u64, req: Begin) -> Answe
         abandoned,
         reply,
     } = req;
-    let exempt = !ctx.admission().is_bounded();
-    if !exempt && g.backlog_full(&w.limits) {
-        return refuse(g, "backlog", reply);
-    }
+    let admission = ctx.admission();
     let deletes = change.after.is_none();
     let (row, entity) = pending_row_of(w, at, ctx, change);
     let value = serde_json::to_vec(&row).expect("a pending row always serializes");
-    let entity = entity.filter(|_| w.lifecycle);
+    let entity = entity.filter(|_| w.lifecycle());
     // About the size of the row (and entity) it becomes.
     let size = keys::ROW_KEY_LEN + value.len() + entity.as_ref().map_or(0, Bytes::len);
-    match w.make_room(g, size as u64) {
-        Ok(fits) => {
-            if !fits && !exempt {
-                return refuse(g, "ceiling", reply);
-            }
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "reading the oldest rows failed; change not begun");
-            return Answer::Refused {
-                why: Refusal::Unavailable,
-                reply,
-            };
-        }
+    if let Err(no) = w.reserve(g, size as u64, admission) {
+        let why = match no {
+            NoRoom::Backlog => Refusal::Backlog,
+            NoRoom::Unreadable => Refusal::Unavailable,
+        };
+        return Answer::Refused { why, reply };
     }
     let beside = deletes && entity.is_some();
     let id = put_pending(w, g, value, entity.as_ref().filter(|_| beside));
     let pending = Pending::new(id, row.resource.clone(), abandoned);
-    w.begun.insert(
+    w.keep_begun(
+        g,
         id,
         Begun {
             row,
@@ -75,7 +63,6 @@ pub(crate) fn begin(w: &mut Writer, g: &mut Group, at: u64, req: Begin) -> Answe
             beside,
         },
     );
-    g.begun.push(id);
     Answer::Begun { pending, reply }
 }
 
@@ -121,8 +108,8 @@ fn pending_row_of(
         tenant: change.tenant,
         resource: change.resource,
         detail: change.detail,
-        before_hash: w.hasher.hash_state(change.before.as_ref()),
-        after_hash: w.hasher.hash_state(change.after.as_ref()),
+        before_hash: w.hasher().hash_state(change.before.as_ref()),
+        after_hash: w.hasher().hash_state(change.after.as_ref()),
         revision: change.revision,
         kind,
         locator,
@@ -136,17 +123,16 @@ fn pending_row_of(
 /// Hand out the next pending id and put its row (`value`) and entity into the group (the
 /// group's close puts `m:pending_seq`).
 fn put_pending(w: &mut Writer, g: &mut Group, value: Vec<u8>, entity: Option<&Bytes>) -> u64 {
-    w.last_pending_id += 1;
-    let id = w.last_pending_id;
-    let key = keys::pending_key(id);
-    let audit = w.store.cf(Cf::Audit);
-    g.batch.put_cf(audit, key, &value);
-    g.overlay.insert((Cf::Audit, key.to_vec()), Some(value));
+    let id = w.next_pending_id();
+    g.stage(
+        w.store(),
+        Cf::Audit,
+        keys::pending_key(id).to_vec(),
+        Some(value),
+    );
     if let Some(entity) = entity {
-        let key = keys::pending_entity_key(id);
-        g.batch.put_cf(audit, key, entity);
-        g.overlay
-            .insert((Cf::Audit, key.to_vec()), Some(entity.to_vec()));
+        let key = keys::pending_entity_key(id).to_vec();
+        g.stage(w.store(), Cf::Audit, key, Some(entity.to_vec()));
     }
     id
 }
@@ -156,7 +142,7 @@ pub(crate) fn finish(w: &mut Writer, g: &mut Group, at: u64, req: FinishReq) -> 
     if req.how == Finish::Refused {
         // A change the other store refused changed nothing: like a refused commit, it
         // leaves no row. Only the pending row (and its entity) goes.
-        let beside = w.begun.remove(&req.id).is_none_or(|p| p.beside);
+        let beside = w.take_begun(req.id).is_none_or(|p| p.beside);
         remove(w, g, req.id, beside);
         return Answer::Settled {
             row: Ok(None),
@@ -193,7 +179,7 @@ pub(crate) fn settle(w: &mut Writer, g: &mut Group, at: u64, req: SettleReq) -> 
     } = req;
     let row = move_into_trail(w, g, at, id, |w, p| match presence {
         Presence::Read(Reading { present, stamp }) => {
-            let hash = w.hasher.hash(present.as_ref().map(|p| &p.state));
+            let hash = w.hasher().hash(present.as_ref().map(|p| &p.state));
             if hash == p.row.after_hash {
                 // The subject is as the change wrote it: its view is the change's entity.
                 let entity = p
@@ -264,22 +250,20 @@ fn move_into_trail(
 }
 
 /// Delete pending row `id` in the group's batch, and its entity when it may be `beside` it.
-fn remove(w: &mut Writer, g: &mut Group, id: u64, beside: bool) {
-    let audit = w.store.cf(Cf::Audit);
+fn remove(w: &Writer, g: &mut Group, id: u64, beside: bool) {
     let entity = beside.then(|| keys::pending_entity_key(id));
     for key in std::iter::once(keys::pending_key(id)).chain(entity) {
-        g.batch.delete_cf(audit, key);
-        g.overlay.insert((Cf::Audit, key.to_vec()), None);
+        g.stage(w.store(), Cf::Audit, key.to_vec(), None);
     }
 }
 
 /// Pending row `id` and its entity: as the writer kept them since its begin in this run, else
 /// as the group sees them (a settlement earlier in the group included).
 fn load(w: &mut Writer, g: &Group, id: u64) -> Result<Option<Begun>, StoreError> {
-    if let Some(begun) = w.begun.remove(&id) {
+    if let Some(begun) = w.take_begun(id) {
         return Ok(Some(begun));
     }
-    let tx = Tx::new(&w.store, &g.overlay, &w.unsynced);
+    let tx = w.tx(g);
     let key = keys::pending_key(id);
     let Some(value) = tx.get(Cf::Audit, &key)? else {
         return Ok(None);
@@ -303,9 +287,9 @@ fn load(w: &mut Writer, g: &Group, id: u64) -> Result<Option<Begun>, StoreError>
     }))
 }
 
-/// Put pending row `p`'s trail row (and outbox entity, when published) into the group's batch
-/// under the next seq. Never refused: a change already begun is always recorded, over a
-/// ceiling if it must be.
+/// Put pending row `p`'s trail row (and outbox entity, when published) into the group under
+/// the next seq. Never refused: a change already begun is always recorded, over a ceiling if
+/// it must be.
 fn into_trail(w: &mut Writer, g: &mut Group, at: u64, p: PendingRow, verdict: Verdict) -> Box<Row> {
     let Verdict {
         result,
@@ -313,29 +297,12 @@ fn into_trail(w: &mut Writer, g: &mut Group, at: u64, p: PendingRow, verdict: Ve
         entity,
         stamp,
     } = verdict;
-    let publish = w.lifecycle && entity.is_some();
-    let mut row = trail_row(p, (g.seq + 1, at), result, publish, refresh);
+    let publish = w.lifecycle() && entity.is_some();
+    let mut row = trail_row(p, (g.next_seq(), at), result, publish, refresh);
     if let Some(stamp) = stamp {
         (row.version, row.store) = (Some(stamp.version), stamp.store);
     }
-    let value = serde_json::to_vec(&row).expect("a row always serializes");
-    let entity = entity.filter(|_| publish);
-    let bytes = (keys::ROW_KEY_LEN
-        + value.len()
-        + entity.as_ref().map_or(0, |e| keys::SEQ_KEY_LEN + e.len())) as u64;
-    // Always recorded, over the ceiling if it must be.
-    if let Err(e) = w.make_room(g, bytes) {
-        tracing::warn!(error = %e, "reading the oldest rows failed; recording over the ceiling");
-    }
-    g.seq += 1;
-    let audit = w.store.cf(Cf::Audit);
-    Frontier::put_row(g.tree.as_mut(), audit, &mut g.batch, (g.seq, at), &value);
-    if let Some(entity) = &entity {
-        g.batch.put_cf(audit, keys::outbox_key(g.seq), entity);
-    }
-    g.usage.rows += 1;
-    g.usage.bytes += bytes;
-    Box::new(row)
+    w.append(g, Staged::of_row(row, entity))
 }
 
 /// The trail row pending row `p` becomes as row `seq` at `at`.
@@ -368,20 +335,6 @@ fn trail_row(
         snapshot: None,
         traceparent: p.traceparent,
         tracestate: p.tracestate,
-    }
-}
-
-/// Refuse a begin with `AuditBacklog` (`reason`: which limit), as the writer refuses a commit.
-fn refuse(
-    g: &mut Group,
-    reason: &'static str,
-    reply: oneshot::Sender<Result<Pending, Refusal>>,
-) -> Answer {
-    g.refused += 1;
-    telemetry::audit::change_refused(reason);
-    Answer::Refused {
-        why: Refusal::Backlog,
-        reply,
     }
 }
 
