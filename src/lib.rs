@@ -24,7 +24,7 @@ pub fn purge_idle_memory() {
     #[cfg(not(target_env = "msvc"))]
     if operator_malloc_conf().is_none() {
         if let Err(e) = tikv_jemalloc_ctl::background_thread::write(true) {
-            tracing::warn!(error = %e, "jemalloc background purging not enabled");
+            telemetry::node::purging_not_enabled(&e);
         }
     }
 }

@@ -86,12 +86,9 @@ pub async fn serve(
         .await
         .is_err()
     {
-        tracing::warn!(
-            waited = ?STORE_CLOSE_WAIT,
-            "the store is still open in this process; it closes when its last reader ends"
-        );
+        crate::telemetry::node::store_still_open(STORE_CLOSE_WAIT);
     } else {
-        tracing::info!("store closed");
+        crate::telemetry::node::store_closed();
     }
     served
 }
@@ -216,7 +213,7 @@ async fn serve_on(
         work: work.clone(),
         backing_up: Arc::new(tokio::sync::Semaphore::new(1)),
     });
-    tracing::info!(%addr, seq = *trail.committed().borrow(), "node serving");
+    crate::telemetry::node::serving(addr, *trail.committed().borrow());
     ready.store(true, Ordering::Release);
     // Returns once every connection is closed: within `api.shutdown_grace` of `shutdown`.
     let limits = config.api.connection_limits();
@@ -224,14 +221,11 @@ async fn serve_on(
     ready.store(false, Ordering::Release);
     // Checked before the writer is asked to stop: then it stops on purpose.
     let writer_died = !trail.is_taking_changes();
-    tracing::info!("stopped accepting; stopping the publisher and flushing the audit writer");
+    crate::telemetry::node::stopping();
     // Work the API started and a client left (a backup, a sink's enable) gets its row first.
     work.close();
     if !work.is_empty() {
-        tracing::info!(
-            tasks = work.len(),
-            "waiting for work requests started (a backup, a sink's enable) to be recorded"
-        );
+        crate::telemetry::node::waiting_for_work(work.len());
     }
     work.wait().await;
     stop.cancel();
@@ -313,7 +307,7 @@ pub async fn signal() {
     #[cfg(not(unix))]
     let term = std::future::pending::<()>();
     tokio::select! {
-        _ = ctrl_c => tracing::info!("SIGINT received"),
-        _ = term => tracing::info!("SIGTERM received"),
+        _ = ctrl_c => crate::telemetry::node::signalled("SIGINT"),
+        _ = term => crate::telemetry::node::signalled("SIGTERM"),
     }
 }

@@ -190,7 +190,7 @@ async fn follow_webhook(args: WebhookArgs) -> anyhow::Result<()> {
     };
     let metrics = Metrics::new();
     let server = Server::bind(options, metrics.clone()).await?;
-    tracing::info!(listen = %server.local_addr()?, "follow webhook listening");
+    crate::telemetry::follow::listening(server.local_addr()?);
     let tasks = start_reporting(&metrics, args.metrics.as_deref(), false).await?;
     let served = server.run(crate::node::signal()).await;
     stop_reporting(tasks);
@@ -211,7 +211,7 @@ async fn start_reporting(
         let metrics = metrics.clone();
         tasks.push(tokio::spawn(async move {
             if let Err(e) = metrics::serve(listener, metrics, std::future::pending()).await {
-                tracing::error!(error = %e, "metrics listener failed");
+                crate::telemetry::follow::metrics_failed(&e);
             }
         }));
     }

@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::audit::Trail;
 use crate::config::LifecycleConfig;
 use crate::store::StoreError;
+use crate::telemetry;
 
 /// Why the publisher could not start.
 #[derive(Debug, thiserror::Error)]
@@ -86,12 +87,9 @@ async fn build_sink(
             name: name.clone(),
             source,
         })?;
-    match sink.healthcheck().await {
-        Ok(()) => tracing::info!(sink = %name, kind = sink.kind(), "lifecycle sink healthy"),
-        Err(e) => {
-            tracing::warn!(sink = %name, kind = sink.kind(), error = %e, "lifecycle sink healthcheck failed; delivering with retries")
-        }
-    }
+    let health = sink.healthcheck().await;
+    let health = health.as_ref().map_err(|e| e as &dyn std::fmt::Display);
+    telemetry::lifecycle::healthchecked(&name, sink.kind(), health.copied());
     Ok(SinkSpec {
         name,
         sink: Arc::from(sink),

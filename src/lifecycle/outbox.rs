@@ -9,6 +9,7 @@ use serde::{Deserialize, Deserializer};
 
 use crate::audit;
 use crate::store::{keys, Cf, Store, StoreError};
+use crate::telemetry::lifecycle as telemetry;
 
 /// What a lifecycle event is made of: the parts of its flagged row the event carries,
 /// borrowed from the stored bytes where they hold no escapes. Decoded from the stored row
@@ -132,16 +133,20 @@ pub fn visit(
                 Some((k, v)) if keys::decode_row_key(k).map(|(s, _)| s) == Some(seq) => {
                     match EventRow::decode(k, v) {
                         Ok(row) if row.publish => each(row, entity),
-                        Ok(_) => tracing::warn!(seq, "outbox entity of an unflagged row; skipped"),
+                        Ok(_) => telemetry::outbox_damaged(
+                            seq,
+                            "outbox entity of an unflagged row",
+                            None,
+                        ),
                         // Damage too: skipped, rather than every sink stopped at it for good.
                         Err(e) => {
-                            tracing::error!(seq, error = %e, "outbox row does not decode; skipped")
+                            telemetry::outbox_damaged(seq, "outbox row does not decode", Some(&e))
                         }
                     }
                 }
                 // An entity without its flagged row: retention deletes both in one batch,
                 // so this is damage; skip it rather than publish an event no row explains.
-                _ => tracing::warn!(seq, "outbox entity without a flagged row; skipped"),
+                _ => telemetry::outbox_damaged(seq, "outbox entity without a flagged row", None),
             }
         }
         entities.next();

@@ -116,7 +116,7 @@ pub fn report_position(sink: &str, status: &SharedStatus) {
 /// A publisher error of sink `sink` (not a delivery outcome): logged, counted, and shown as
 /// the sink's last error.
 pub fn note_error(sink: &str, status: &SharedStatus, error: &str) {
-    tracing::error!(sink, error, "lifecycle publisher error");
+    telemetry::lifecycle::publisher_failed(sink, error);
     telemetry::lifecycle::sink_failed(sink, "publisher", false);
     update(status, |s| s.last_error = Some(error.to_owned()));
 }

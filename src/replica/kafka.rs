@@ -37,6 +37,7 @@ use super::file::{self, KafkaProgress, ReplicaFile};
 use super::lag::{self, Lag};
 use super::metrics::Metrics;
 use super::FollowError;
+use crate::telemetry::follow as telemetry;
 
 /// How often the partitions of the topic are looked up again (a topic may grow).
 const METADATA_EVERY: Duration = Duration::from_secs(60);
@@ -141,7 +142,7 @@ pub async fn follow(
                     metadata_at = Instant::now();
                     // Only a look for new partitions: the ones assigned go on meanwhile.
                     if let Err(e) = follower.grow().await {
-                        tracing::warn!(error = %e, "kafka metadata refresh failed");
+                        telemetry::metadata_failed(&e);
                     }
                 }
             }
@@ -154,7 +155,7 @@ pub async fn follow(
                 Err(e) => {
                     // Passing (a broker down, a rebalance of the cluster): librdkafka
                     // retries; a pause keeps a lasting one from flooding the log.
-                    tracing::warn!(error = %e, "kafka consumer error");
+                    telemetry::consumer_error(&e);
                     tokio::time::sleep(ERROR_PAUSE).await;
                 }
             },
@@ -243,7 +244,7 @@ impl Follower {
         self.consumer
             .assign(&list)
             .map_err(|e| FollowError::Kafka(e.to_string()))?;
-        tracing::info!(%topic, partitions = partitions.len(), "following every partition");
+        telemetry::following(&topic, partitions.len());
         self.assigned.send_replace(partitions);
         Ok(())
     }
@@ -319,7 +320,7 @@ impl Follower {
             Ok(None) => self.metrics.skipped("tombstone"),
             Err(error) => {
                 self.metrics.skipped("invalid");
-                tracing::error!(partition, offset, %error, "record skipped: not an event of the contract");
+                telemetry::record_skipped(partition, offset, &error);
             }
         }
     }
@@ -374,7 +375,7 @@ impl Follower {
             }
         }
         if let Err(e) = self.consumer.commit(&list, CommitMode::Async) {
-            tracing::warn!(error = %e, "committing offsets to the consumer group failed");
+            telemetry::commit_failed(&e);
         }
     }
 }

@@ -71,14 +71,7 @@ pub async fn report(metrics: Arc<Metrics>, kafka: bool) {
             let _ = write!(err, "\r\x1b[2K{}", status.line());
             let _ = err.flush();
         } else {
-            tracing::info!(
-                applied = status.applied,
-                stale = status.stale,
-                subjects = status.subjects,
-                behind_events = status.behind_events,
-                behind_seconds = status.behind_seconds,
-                "follow progress"
-            );
+            crate::telemetry::follow::progress(&status);
         }
     }
 }

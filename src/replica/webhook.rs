@@ -36,6 +36,7 @@ use super::seen::Seen;
 use super::signature::{Signed, Verifier};
 use super::FollowError;
 use crate::server::ConnectionLimits;
+use crate::telemetry::follow as telemetry;
 
 /// The largest request body taken (a batch of events).
 const BODY_LIMIT: usize = 16 << 20;
@@ -268,7 +269,7 @@ async fn read_body(
 }
 
 fn unauthorized(reason: String) -> (StatusCode, String) {
-    tracing::warn!(%reason, "follow webhook request refused");
+    telemetry::request_refused(&reason);
     (
         StatusCode::UNAUTHORIZED,
         format!("signature refused: {reason}\n"),
@@ -277,7 +278,7 @@ fn unauthorized(reason: String) -> (StatusCode, String) {
 
 fn bad_request(shared: &Shared, message: String) -> (StatusCode, String) {
     shared.metrics.skipped("invalid");
-    tracing::warn!(error = %message, "follow webhook request is not an event of the contract");
+    telemetry::request_invalid(&message);
     (StatusCode::BAD_REQUEST, message + "\n")
 }
 
@@ -325,11 +326,11 @@ async fn write(shared: &Arc<Shared>) -> bool {
             true
         }
         Ok(Err(e)) => {
-            tracing::error!(error = %e, "replica file write failed");
+            telemetry::file_write_failed(&e);
             false
         }
         Err(e) => {
-            tracing::error!(error = %e, "replica file write task failed");
+            telemetry::file_write_failed(&e);
             false
         }
     }

@@ -231,7 +231,7 @@ impl BackupDir {
         let made = self.back_up_checkpoint(store, &scratch, now_ms);
         // The checkpoint is only hard links and a WAL copy: always remove it.
         if let Err(e) = remove_dir_if_present(&scratch) {
-            tracing::warn!(error = %e, "removing the backup checkpoint failed; the next backup removes it");
+            crate::telemetry::node::backup_checkpoint_left(&e);
         }
         made
     }

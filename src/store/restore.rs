@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::backup::{last_seq, remove_dir_if_present, BackupDir, BackupError};
 use super::{keys, keys::meta, owner_only, Cf, Store};
+use crate::telemetry::node as telemetry;
 
 /// The value of `m:incarnation_pending`: what was restored, for the `instance.restore` row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -164,7 +165,11 @@ pub fn restore(
                 .flat_map(|aside| moved.clone().map(|c| aside.join(&c.path)))
             {
                 if let Err(e) = std::fs::remove_file(&name) {
-                    tracing::warn!(file = %name.display(), error = %e, "a file carried into the restored store is also left beside the replaced one");
+                    telemetry::restore_left(
+                        "a file carried into the restored store is also left beside the replaced one",
+                        &name,
+                        &e,
+                    );
                 }
             }
             Ok(Restored {
@@ -283,7 +288,11 @@ fn exchange_by_renames(tmp: &Path, target: &Path) -> Result<PathBuf, BackupError
     match std::fs::rename(&swapped, tmp) {
         Ok(()) => Ok(tmp.to_owned()),
         Err(e) => {
-            tracing::warn!(dir = %swapped.display(), error = %e, "the restored store is in place; what it replaced stays under this name");
+            telemetry::restore_left(
+                "the restored store is in place; what it replaced stays under this name",
+                &swapped,
+                &e,
+            );
             Ok(swapped)
         }
     }
@@ -358,7 +367,11 @@ fn swap(
             match std::fs::remove_dir(&old) {
                 Ok(()) => None,
                 Err(e) => {
-                    tracing::warn!(dir = %old.display(), error = %e, "the restore is in place; the directory it replaced is kept");
+                    telemetry::restore_left(
+                        "the restore is in place; the directory it replaced is kept",
+                        &old,
+                        &e,
+                    );
                     Some(old)
                 }
             }
@@ -376,7 +389,11 @@ fn swap(
             match rename_aside(&old, &aside) {
                 Ok(()) => Some(aside),
                 Err(e) => {
-                    tracing::warn!(store = %old.display(), error = %e, "the restore is in place; the replaced store stays under its temporary name");
+                    telemetry::restore_left(
+                        "the restore is in place; the replaced store stays under its temporary name",
+                        &old,
+                        &e,
+                    );
                     Some(old)
                 }
             }
@@ -388,7 +405,7 @@ fn swap(
     };
     // The renames are durable once the parent directory is synced.
     if let Err(e) = std::fs::File::open(parent).and_then(|d| d.sync_all()) {
-        tracing::error!(dir = %parent.display(), error = %e, "the restore is in place, but syncing its directory failed: a crash now may undo it");
+        telemetry::restore_unsynced(parent, &e);
     }
     Ok(aside)
 }

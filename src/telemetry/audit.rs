@@ -310,3 +310,73 @@ pub(super) fn touch_every_metric() {
     t.usage_recounts.with_label_values(&["missing"]).inc();
     t.clock_jumps.with_label_values(&["ahead"]).inc();
 }
+
+/// The audit syncer thread panicked.
+pub fn syncer_panicked() {
+    tracing::error!(target: "ankusa::audit", "the audit syncer thread panicked");
+}
+
+/// The audit syncer thread is gone: the writer stops too.
+pub fn syncer_stopped() {
+    tracing::error!(target: "ankusa::audit", "the audit syncer thread stopped; the writer stops too");
+}
+
+/// Flushing the memtables at shutdown failed (the WAL has every commit).
+pub fn flush_failed(error: &StoreError) {
+    tracing::warn!(target: "ankusa::audit", error = %error, "flushing the store at shutdown failed; the WAL has every commit");
+}
+
+/// A change's own code panicked while it was validated: nothing of it is written.
+pub fn change_panicked() {
+    tracing::error!(target: "ankusa::audit", "a change panicked while being validated; not written");
+}
+
+/// A change's own code met a store error while it was validated.
+pub fn validation_failed(error: &StoreError) {
+    tracing::error!(target: "ankusa::audit", error = %error, "store error while validating a change");
+}
+
+/// The oldest rows could not be read to make room for a row: a bounded change is not
+/// taken; any other is recorded `over` the ceiling.
+pub fn room_unreadable(error: &StoreError, over: bool) {
+    if over {
+        tracing::warn!(target: "ankusa::audit", error = %error, "reading the oldest rows failed; recording over the ceiling");
+    } else {
+        tracing::error!(target: "ankusa::audit", error = %error, "reading the oldest rows failed; change not taken");
+    }
+}
+
+/// A restored store opened its new incarnation `id` from seq `from`.
+pub fn incarnation_opened(id: uuid::Uuid, from: u64, restored_seq: u64, backup_id: Option<u32>) {
+    tracing::warn!(target: "ankusa::audit", incarnation = %id, from, restored_seq, backup_id, "restored store: opened a new incarnation");
+}
+
+/// The audit tree lacks rows retention pruned: it starts again at row `from`.
+pub fn tree_restarted(from: u64) {
+    tracing::warn!(target: "ankusa::audit", from, "the audit tree lacks pruned rows: it starts again at the oldest retained row");
+}
+
+/// The tree's inner nodes below 16 rows were deleted (`deleted` keys).
+pub fn tree_thinned(deleted: u64, elapsed: Duration) {
+    tracing::info!(target: "ankusa::audit", deleted, elapsed_ms = elapsed.as_millis() as u64, "the audit tree keeps its leaves and its subtrees of 16 rows or more");
+}
+
+/// The tree's leaves were put into `tiles` tiles.
+pub fn tree_tiled(tiles: u64, elapsed: Duration) {
+    tracing::info!(target: "ankusa::audit", tiles, elapsed_ms = elapsed.as_millis() as u64, "the audit tree keeps its leaves in tiles of 16");
+}
+
+/// The tree is catching up with the trail's rows `from..=to`.
+pub fn tree_catching_up(from: u64, to: u64) {
+    tracing::info!(target: "ankusa::audit", from, to, "adding the trail's rows to the audit tree");
+}
+
+/// The tree caught up: `rows` added.
+pub fn tree_caught_up(rows: u64, elapsed: Duration) {
+    tracing::info!(target: "ankusa::audit", rows, elapsed_ms = elapsed.as_millis() as u64, "the audit tree holds every row");
+}
+
+/// The checkpoint timer's checkpoint could not be signed.
+pub fn checkpoint_failed(error: &dyn std::fmt::Display) {
+    tracing::warn!(target: "ankusa::audit", error = %error, "checkpoint not signed");
+}

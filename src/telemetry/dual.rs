@@ -177,3 +177,19 @@ pub(super) fn touch_every_metric() {
     d.settlement_unreadable.inc();
     d.stage_seconds[0].observe(0.001);
 }
+
+/// A dual write's finish could not be written: settlement records the change.
+pub fn finish_failed(error: &dyn std::fmt::Display) {
+    tracing::error!(target: "ankusa::audit", error = %error, "finishing a dual write failed; settlement will record it");
+}
+
+/// A dual write's task failed: settlement records the change.
+pub fn task_failed(error: &dyn std::fmt::Display) {
+    tracing::error!(target: "ankusa::audit", error = %error, "a dual write's task failed; settlement records it");
+}
+
+/// The subject store's write of `resource` failed: it may or may not have landed, and
+/// settlement reads the subject back.
+pub fn store_write_failed(resource: &str, error: &dyn std::fmt::Display) {
+    tracing::warn!(target: "ankusa::audit", error = %error, resource, "remote store write failed; settling by reconcile");
+}

@@ -169,6 +169,78 @@ pub(super) fn touch_every_metric() {
     state_reported("file", "running", &["running", "retrying"]);
 }
 
+/// A delivery to `sink` failed for `reason`; it is tried again after `delay`.
+pub fn retrying(sink: &str, reason: &str, delay: Duration) {
+    tracing::warn!(target: "ankusa::lifecycle", sink, reason, delay_ms = delay.as_millis() as u64, "lifecycle delivery failed; will retry");
+}
+
+/// `sink`'s destination disabled it (`reason`): its position is kept until an operator
+/// enables it.
+pub fn disabled_by_destination(sink: &str, reason: &str) {
+    tracing::error!(target: "ankusa::lifecycle", sink, reason, "lifecycle sink disabled by its destination; keeping its position until an operator enables it");
+}
+
+/// The `sink.disable` row could not be written.
+pub fn disable_row_failed(sink: &str, error: &dyn std::fmt::Debug) {
+    tracing::error!(target: "ankusa::lifecycle", sink, error = ?error, "the sink.disable row could not be written");
+}
+
+/// An operator enabled `sink` again: it resumes from `position`.
+pub fn enabled_again(sink: &str, position: u64) {
+    tracing::info!(target: "ankusa::lifecycle", sink, position, "lifecycle sink enabled again; resuming from its position");
+}
+
+/// `sink`'s healthcheck at start: `Ok`, or why it failed (delivery goes on with retries).
+pub fn healthchecked(sink: &str, kind: &str, result: Result<(), &dyn std::fmt::Display>) {
+    match result {
+        Ok(()) => tracing::info!(target: "ankusa::lifecycle", sink, kind, "lifecycle sink healthy"),
+        Err(error) => {
+            tracing::warn!(target: "ankusa::lifecycle", sink, kind, error = %error, "lifecycle sink healthcheck failed; delivering with retries");
+        }
+    }
+}
+
+/// `sink` refused the event of row `seq` for good (`reason`): `dead_lettered`, or not, since
+/// its dead letters are full (the sink stops before it).
+pub fn refused_for_good(sink: &str, seq: u64, reason: &str, dead_lettered: bool) {
+    if dead_lettered {
+        tracing::error!(target: "ankusa::lifecycle", sink, seq, reason, "lifecycle event refused for good; dead-lettered");
+    } else {
+        tracing::error!(target: "ankusa::lifecycle", sink, seq, reason, "lifecycle event refused for good, and the sink's dead letters are full; stopping before it until an operator drops or redrives some");
+    }
+}
+
+/// The publisher failed for `sink` (`error`), apart from a delivery's outcome.
+pub fn publisher_failed(sink: &str, error: &str) {
+    tracing::error!(target: "ankusa::lifecycle", sink, error, "lifecycle publisher error");
+}
+
+/// A sink's position writer task ended abnormally.
+pub fn position_writer_failed(error: &dyn std::fmt::Display) {
+    tracing::error!(target: "ankusa::lifecycle", error = %error, "lifecycle position writer failed");
+}
+
+/// The event of a flagged row could not be built; the row is passed over.
+pub fn event_not_built(error: &dyn std::fmt::Display) {
+    tracing::error!(target: "ankusa::lifecycle", error = %error, "lifecycle event not built; passed over");
+}
+
+/// The outbox holds a damaged entry at `seq` (`what`: an entity of an unflagged row, or
+/// without its row, or a row that does not decode); skipped rather than stop every sink.
+pub fn outbox_damaged(seq: u64, what: &'static str, error: Option<&dyn std::fmt::Display>) {
+    match error {
+        Some(error) => {
+            tracing::error!(target: "ankusa::lifecycle", seq, error = %error, "{what}; skipped")
+        }
+        None => tracing::warn!(target: "ankusa::lifecycle", seq, "{what}; skipped"),
+    }
+}
+
+/// `sink`'s position `to` is on disk.
+pub fn position_persisted(sink: &str, to: u64) {
+    tracing::debug!(target: "ankusa::lifecycle", sink, to, "lifecycle sink position persisted");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

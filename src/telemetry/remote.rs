@@ -171,3 +171,9 @@ pub(crate) fn snapshot_finished(id: &str, items: u64) {
 pub(crate) fn snapshot_failed(reason: &str, error: &str) {
     tracing::warn!(target: "ankusa::lifecycle", reason, error, "snapshot failed before its finished marker");
 }
+
+/// A trail row did not decode while the trail was read for the refresh: every subject is
+/// refreshed.
+pub fn refresh_row_undecodable(error: &dyn std::fmt::Display) {
+    tracing::error!(target: "ankusa::audit", error = %error, "a trail row does not decode; every subject is refreshed");
+}

@@ -115,7 +115,7 @@ impl Inner {
         let mut guard = self.file.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(file) = &*guard {
             if !still_at(file, &self.path)? {
-                tracing::info!(path = %self.path.display(), "lifecycle event file was moved or deleted; opening it again");
+                crate::telemetry::file_reopened(&self.path);
                 *guard = None;
             }
         }
@@ -147,7 +147,7 @@ fn open(path: &Path) -> io::Result<File> {
     let mut file = create(path)?;
     let cut = cut_unfinished_line(&mut file)?;
     if cut > 0 {
-        tracing::warn!(path = %path.display(), bytes = cut, "cut off an unfinished last line (a write a crash interrupted; its events are sent again)");
+        crate::telemetry::unfinished_line_cut(path, cut);
     }
     Ok(file)
 }

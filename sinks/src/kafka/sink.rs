@@ -386,7 +386,7 @@ async fn purge_queued(producer: &Arc<FutureProducer>) {
     let producer = Arc::clone(producer);
     let purge = move || producer.purge(PurgeConfig::default().queue());
     if let Err(e) = crate::blocking::run("the purge", purge).await {
-        tracing::error!(error = %e, "purging the kafka producer's queue failed");
+        crate::telemetry::purge_failed(&e);
     }
 }
 

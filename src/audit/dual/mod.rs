@@ -150,7 +150,7 @@ impl Trail {
             Err(e) => {
                 // The change itself went as `how` says; only its row is late (settlement
                 // writes it). The caller still hears what happened to the change.
-                tracing::error!(target: "ankusa::audit", error = %e, "finishing a dual write failed; settlement will record it");
+                crate::telemetry::dual::finish_failed(&e);
                 None
             }
         };

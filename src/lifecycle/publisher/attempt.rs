@@ -14,6 +14,7 @@ use futures::future::BoxFuture;
 use super::reader::Page;
 use crate::lifecycle::dead_letters;
 use crate::store::Entry;
+use crate::telemetry;
 
 /// One attempt under way: its page and its outcomes to come.
 pub(super) struct Attempt {
@@ -73,12 +74,12 @@ pub(super) fn tally(
         match outcomes.get(i) {
             Some(Outcome::Delivered) => tally.delivered += 1,
             Some(Outcome::Rejected { reason }) if tally.dead.len() as u64 >= room => {
-                tracing::error!(sink = %sink, seq = d.seq, reason = %reason, "lifecycle event refused for good, and the sink's dead letters are full; stopping before it until an operator drops or redrives some");
+                telemetry::lifecycle::refused_for_good(sink, d.seq, reason, false);
                 tally.failure = Some(Failure::DeadLettersFull);
                 break;
             }
             Some(Outcome::Rejected { reason }) => {
-                tracing::error!(sink = %sink, seq = d.seq, reason = %reason, "lifecycle event refused for good; dead-lettered");
+                telemetry::lifecycle::refused_for_good(sink, d.seq, reason, true);
                 let letter = dead_letters::encode(sink, d, reason, page.ats[i]);
                 tally.dead.push(letter);
             }

@@ -35,7 +35,7 @@ use crate::lifecycle::dead_letters::Held;
 use crate::lifecycle::status::{self, SharedStatus, SinkState};
 
 /// Where a lane is: what its next step does.
-pub(super) enum State {
+pub(super) enum Step {
     /// No read under way and nothing to confirm: a read starts after the position.
     Resuming,
     /// Taking the next page from the reader: the window has room for another attempt.
@@ -97,7 +97,7 @@ pub(super) struct Lane {
     /// Failed attempts in a row, for the backoff.
     failures: u32,
     /// What the next step does.
-    state: State,
+    state: Step,
 }
 
 impl Lane {
@@ -131,13 +131,13 @@ impl Lane {
             window: VecDeque::new(),
             reader: None,
             failures: 0,
-            state: State::Resuming,
+            state: Step::Resuming,
         }
     }
 
     /// Step until stopped, then wind down.
     pub(super) async fn run(mut self) {
-        while !matches!(self.state, State::Stopped) {
+        while !matches!(self.state, Step::Stopped) {
             self.step().await;
         }
         self.finish().await;
@@ -145,29 +145,29 @@ impl Lane {
 
     /// Take one step: do what the state says, and move to the state it leads to.
     pub(super) async fn step(&mut self) {
-        self.state = match std::mem::replace(&mut self.state, State::Stopped) {
-            State::Resuming => self.resume(),
-            State::Reading => self.take_page().await,
-            State::Sending(page) => self.send(page).await,
-            State::Confirming => self.confirm_oldest().await,
-            State::Idle => self.idle().await,
-            State::Retrying(delay) => self.back_off(delay).await,
-            State::Disabled => self.await_enable().await,
-            State::Stopped => State::Stopped,
+        self.state = match std::mem::replace(&mut self.state, Step::Stopped) {
+            Step::Resuming => self.resume(),
+            Step::Reading => self.take_page().await,
+            Step::Sending(page) => self.send(page).await,
+            Step::Confirming => self.confirm_oldest().await,
+            Step::Idle => self.idle().await,
+            Step::Retrying(delay) => self.back_off(delay).await,
+            Step::Disabled => self.await_enable().await,
+            Step::Stopped => Step::Stopped,
         };
     }
 
     /// The state the window and the reader call for (stopped once shutdown is asked for):
     /// another page while there is room, else the oldest attempt's outcomes, else a new read.
-    fn next_state(&self) -> State {
+    fn next_state(&self) -> Step {
         if self.shutdown.is_cancelled() {
-            State::Stopped
+            Step::Stopped
         } else if self.has_room() && self.reader.is_some() {
-            State::Reading
+            Step::Reading
         } else if !self.window.is_empty() {
-            State::Confirming
+            Step::Confirming
         } else {
-            State::Resuming
+            Step::Resuming
         }
     }
 
@@ -179,21 +179,21 @@ impl Lane {
     }
 
     /// Start reading after the position.
-    fn resume(&mut self) -> State {
+    fn resume(&mut self) -> Step {
         self.reader = Some(self.read(self.position));
         self.next_state()
     }
 
     /// Caught up: report it, then wait for a commit (or the idle timer) to read again.
-    async fn idle(&mut self) -> State {
+    async fn idle(&mut self) -> Step {
         status::update(&self.status, |s| s.oldest_unconfirmed_at = None);
         status::report_position(&self.spec.name, &self.status);
         tokio::select! {
             _ = self.committed.changed() => {}
             _ = tokio::time::sleep(self.options.idle) => {}
-            _ = self.shutdown.cancelled() => return State::Stopped,
+            _ = self.shutdown.cancelled() => return Step::Stopped,
         }
-        State::Resuming
+        Step::Resuming
     }
 
     /// Wind down: abandon what is under way, wait for the readers, write the last positions.

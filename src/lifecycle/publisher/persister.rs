@@ -51,7 +51,7 @@ impl Persister {
     pub(super) async fn finish(self) {
         drop(self.positions);
         if let Err(e) = self.task.await {
-            tracing::error!(error = %e, "lifecycle position writer failed");
+            crate::telemetry::lifecycle::position_writer_failed(&e);
         }
     }
 }

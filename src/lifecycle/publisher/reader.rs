@@ -14,6 +14,7 @@ use crate::audit::History;
 use crate::lifecycle::event;
 use crate::lifecycle::outbox::visit;
 use crate::store::{Store, StoreError};
+use crate::telemetry;
 
 /// A page of the outbox, its events built off the runtime while the previous page was in
 /// flight.
@@ -122,7 +123,7 @@ fn read_page(outbox: &Outbox, after: u64, committed: u64) -> Result<Page, StoreE
                     event,
                 });
             }
-            Err(e) => tracing::error!(error = %e, "lifecycle event not built; passed over"),
+            Err(e) => telemetry::lifecycle::event_not_built(&e),
         },
     )?;
     page.last = visited.last;

@@ -162,7 +162,7 @@ impl<T: RemoteSubject> Remote<T> {
                 .await
         }));
         let recorded = task.await.map_err(|e| {
-            tracing::error!(error = %e, "a dual write's task failed; settlement records it");
+            crate::telemetry::dual::task_failed(&e);
             CommitError::StoreUnavailable
         })??;
         recorded.value?;
@@ -213,7 +213,7 @@ async fn apply<T: RemoteSubject>(
         }
         Err(e) => {
             // The write may or may not have landed: settlement reads the subject back.
-            tracing::warn!(error = %e, resource = %resource::<T>(&id), "remote store write failed; settling by reconcile");
+            crate::telemetry::dual::store_write_failed(&resource::<T>(&id), &e);
             (None, Err(CommitError::StoreUnavailable))
         }
     }

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::{pause, Lane, State};
+use super::{pause, Lane, Step};
 use crate::audit::{CommitError, Context, Trail};
 use crate::lifecycle::publisher::attempt::{self, Failure};
 use crate::lifecycle::publisher::sink_change;
@@ -17,9 +17,9 @@ const DEAD_LETTERS_FULL: &str = "dead_letters_full";
 
 impl Lane {
     /// Await the oldest attempt's outcomes and move the position over what they confirm.
-    pub(super) async fn confirm_oldest(&mut self) -> State {
+    pub(super) async fn confirm_oldest(&mut self) -> Step {
         let Some(oldest) = self.window.pop_front() else {
-            return State::Resuming;
+            return Step::Resuming;
         };
         let outcomes = oldest.outcomes.await;
         telemetry::lifecycle::delivery_attempted(&self.spec.name, oldest.started.elapsed());
@@ -58,7 +58,7 @@ impl Lane {
 
     /// The oldest attempt went through: the sink runs; with nothing left under way, a read
     /// starts after the position unless one is under way already.
-    fn confirmed(&mut self) -> State {
+    fn confirmed(&mut self) -> Step {
         self.failures = 0;
         status::update(&self.status, |s| {
             s.state = SinkState::Running;
@@ -67,13 +67,13 @@ impl Lane {
             }
         });
         if self.window.is_empty() && self.reader.is_none() {
-            return State::Resuming;
+            return Step::Resuming;
         }
         self.next_state()
     }
 
     /// An attempt must be retried: give up what is under way and back off.
-    async fn retry(&mut self, after: Option<Duration>, reason: &str) -> State {
+    async fn retry(&mut self, after: Option<Duration>, reason: &str) -> Step {
         self.abandon().await;
         let delay = self.spec.retry.delay(self.failures, after);
         self.failures = self.failures.saturating_add(1);
@@ -83,21 +83,21 @@ impl Lane {
             s.retries += 1;
             s.last_error = Some(reason.to_owned());
         });
-        tracing::warn!(sink = %self.spec.name, reason = %reason, delay_ms = delay.as_millis() as u64, "lifecycle delivery failed; will retry");
-        State::Retrying(delay)
+        telemetry::lifecycle::retrying(&self.spec.name, reason, delay);
+        Step::Retrying(delay)
     }
 
     /// Pause before starting again from the position.
-    pub(super) async fn back_off(&mut self, delay: Duration) -> State {
+    pub(super) async fn back_off(&mut self, delay: Duration) -> Step {
         pause(&self.shutdown, delay).await;
-        State::Resuming
+        Step::Resuming
     }
 
     /// The destination disabled the sink: give up what is under way and say so in the trail.
-    async fn disable(&mut self, reason: &str) -> State {
+    async fn disable(&mut self, reason: &str) -> Step {
         self.abandon().await;
         telemetry::lifecycle::sink_failed(&self.spec.name, "disabled", false);
-        tracing::error!(sink = %self.spec.name, reason = %reason, "lifecycle sink disabled by its destination; keeping its position until an operator enables it");
+        telemetry::lifecycle::disabled_by_destination(&self.spec.name, reason);
         // Recorded before the status shows it: an enable, sent only while the status shows
         // the sink disabled, comes after it in the trail.
         commit_disable_row(&self.trail, &self.spec.name, self.position, reason).await;
@@ -105,23 +105,23 @@ impl Lane {
             s.state = SinkState::Disabled;
             s.last_error = Some(reason.to_owned());
         });
-        State::Disabled
+        Step::Disabled
     }
 
     /// Wait at the position for an operator's enable; then start again from it.
-    pub(super) async fn await_enable(&mut self) -> State {
+    pub(super) async fn await_enable(&mut self) -> Step {
         tokio::select! {
             enabled = self.enables.changed() => {
                 if enabled.is_err() {
-                    return State::Stopped;
+                    return Step::Stopped;
                 }
             }
-            _ = self.shutdown.cancelled() => return State::Stopped,
+            _ = self.shutdown.cancelled() => return Step::Stopped,
         }
-        tracing::info!(sink = %self.spec.name, position = self.position, "lifecycle sink enabled again; resuming from its position");
+        telemetry::lifecycle::enabled_again(&self.spec.name, self.position);
         self.failures = 0;
         status::update(&self.status, |s| s.state = SinkState::Running);
-        State::Resuming
+        Step::Resuming
     }
 
     /// Give up on what is under way after a failure: wait for every attempt's outcomes (they
@@ -149,6 +149,6 @@ async fn commit_disable_row(trail: &Trail, sink: &str, position: u64, reason: &s
         })
         .await;
     if let Err(e) = committed {
-        tracing::error!(sink = %sink, error = ?e, "the sink.disable row could not be written");
+        telemetry::lifecycle::disable_row_failed(sink, &e);
     }
 }

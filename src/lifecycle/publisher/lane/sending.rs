@@ -4,14 +4,14 @@
 
 use std::time::{Duration, Instant};
 
-use super::{pause, Lane, State};
+use super::{pause, Lane, Step};
 use crate::lifecycle::publisher::attempt::Attempt;
 use crate::lifecycle::publisher::reader::Page;
 use crate::lifecycle::status;
 
 impl Lane {
     /// Take the next page; the next read goes on in the same reader after a full page.
-    pub(super) async fn take_page(&mut self) -> State {
+    pub(super) async fn take_page(&mut self) -> Step {
         let Some(mut reader) = self.reader.take() else {
             return self.next_state();
         };
@@ -26,23 +26,23 @@ impl Lane {
             Some(_) if page.full => Some(reader),
             last => last.map(|last| self.read(last)),
         };
-        State::Sending(page)
+        Step::Sending(page)
     }
 
     /// A read failed: with attempts under way, read again once they are confirmed; else
     /// after a pause.
-    async fn read_failed(&mut self, error: &str) -> State {
+    async fn read_failed(&mut self, error: &str) -> Step {
         self.note_error(&format!("reading the outbox: {error}"));
         if !self.window.is_empty() {
             return self.next_state();
         }
         pause(&self.shutdown, Duration::from_secs(1)).await;
-        State::Resuming
+        Step::Resuming
     }
 
     /// A page with no event: wait for the window to drain, or pass over rows that publish
     /// nothing (or whose events cannot be built, logged), or idle when caught up.
-    fn nothing_to_send(&mut self, page: Page) -> State {
+    fn nothing_to_send(&mut self, page: Page) -> Step {
         if !self.window.is_empty() {
             // Nothing more to submit for now; read again once the window drained.
             return self.next_state();
@@ -51,14 +51,14 @@ impl Lane {
             Some(last) => {
                 self.position = last;
                 self.persister.write(last, Vec::new());
-                State::Resuming
+                Step::Resuming
             }
-            None => State::Idle,
+            None => Step::Idle,
         }
     }
 
     /// Hand `page` to the sink: one more attempt under way.
-    pub(super) async fn send(&mut self, page: Page) -> State {
+    pub(super) async fn send(&mut self, page: Page) -> Step {
         if self.window.is_empty() {
             let oldest = page.ats.first().copied();
             status::update(&self.status, |s| s.oldest_unconfirmed_at = oldest);

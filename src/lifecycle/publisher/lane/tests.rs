@@ -126,16 +126,16 @@ async fn fixture(rows: u64, batch: usize, in_flight: usize, sink: Scripted) -> F
 }
 
 /// The name of a state, to compare.
-fn name(state: &State) -> &'static str {
+fn name(state: &Step) -> &'static str {
     match state {
-        State::Resuming => "resuming",
-        State::Reading => "reading",
-        State::Sending(_) => "sending",
-        State::Confirming => "confirming",
-        State::Idle => "idle",
-        State::Retrying(_) => "retrying",
-        State::Disabled => "disabled",
-        State::Stopped => "stopped",
+        Step::Resuming => "resuming",
+        Step::Reading => "reading",
+        Step::Sending(_) => "sending",
+        Step::Confirming => "confirming",
+        Step::Idle => "idle",
+        Step::Retrying(_) => "retrying",
+        Step::Disabled => "disabled",
+        Step::Stopped => "stopped",
     }
 }
 
