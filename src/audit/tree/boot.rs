@@ -15,6 +15,7 @@ use rocksdb::WriteBatch;
 
 use super::{stored_size, Frontier, Layout, Tile, TreeMeta, TILE_WIDTH};
 use crate::store::{keys, Cf, Store, StoreError};
+use crate::telemetry::audit as telemetry;
 
 /// Rows appended per batch when the tree catches up.
 const CATCH_UP_BATCH: usize = 10_000;
@@ -40,11 +41,7 @@ pub(crate) fn frontier(store: &Store, last_seq: u64) -> Result<Frontier, StoreEr
             match first_row {
                 Some(first) if size < rows && origin + size < first => {
                     // Rows the tree lacks were pruned while it was off.
-                    tracing::warn!(
-                        target: "ankusa::audit",
-                        from = first,
-                        "the audit tree lacks pruned rows: it starts again at the oldest retained row"
-                    );
+                    telemetry::tree_restarted(first);
                     (start_afresh(store, first)?, 0)
                 }
                 _ => {
@@ -131,12 +128,7 @@ fn thin_out(store: &Store, origin: u64, first_row: Option<u64>) -> Result<(), St
             next
         }))
     })?;
-    tracing::info!(
-        target: "ankusa::audit",
-        deleted,
-        elapsed_ms = started.elapsed().as_millis() as u64,
-        "the audit tree keeps its leaves and its subtrees of 16 rows or more"
-    );
+    telemetry::tree_thinned(deleted, started.elapsed());
     Ok(())
 }
 
@@ -200,12 +192,7 @@ fn tile_leaves(store: &Store, origin: u64) -> Result<(), StoreError> {
         close(batch, open.take());
         Ok(next)
     })?;
-    tracing::info!(
-        target: "ankusa::audit",
-        tiles,
-        elapsed_ms = started.elapsed().as_millis() as u64,
-        "the audit tree keeps its leaves in tiles of 16"
-    );
+    telemetry::tree_tiled(tiles, started.elapsed());
     Ok(())
 }
 
@@ -215,12 +202,7 @@ fn catch_up(store: &Store, frontier: &mut Frontier, last_seq: u64) -> Result<(),
         return Ok(());
     }
     let (from, started) = (frontier.next_seq(), Instant::now());
-    tracing::info!(
-        target: "ankusa::audit",
-        from,
-        to = last_seq,
-        "adding the trail's rows to the audit tree"
-    );
+    telemetry::tree_catching_up(from, last_seq);
     let audit = store.cf(Cf::Audit);
     loop {
         let mut batch = WriteBatch::default();
@@ -261,12 +243,7 @@ fn catch_up(store: &Store, frontier: &mut Frontier, last_seq: u64) -> Result<(),
             )));
         }
     }
-    tracing::info!(
-        target: "ankusa::audit",
-        rows = frontier.next_seq() - from,
-        elapsed_ms = started.elapsed().as_millis() as u64,
-        "the audit tree holds every row"
-    );
+    telemetry::tree_caught_up(frontier.next_seq() - from, started.elapsed());
     Ok(())
 }
 
