@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ankusa::audit::tree::verify::{self, Outcome};
+use ankusa::audit::tree::verify::{self, Verification};
 use ankusa::audit::{SystemClock, Trail, TrailOptions};
 use ankusa::store::{keys, keys::meta, Cf, Store};
 use rand::Rng;
@@ -64,7 +64,7 @@ fn main() {
         let t = Instant::now();
         let outcome = verify::verify(&store, None, &[], &mut |_, _| {}).unwrap();
         let v = t.elapsed();
-        assert!(matches!(outcome, Outcome::Verified(_)), "{outcome:?}");
+        assert!(matches!(outcome, Verification::Verified(_)), "{outcome:?}");
         let t = Instant::now();
         let scanned = scan(&store);
         let s = t.elapsed();

@@ -11,7 +11,7 @@ use anyhow::Context as _;
 
 use super::progress::Progress;
 use crate::audit::tree::checkpoint::CheckpointKey;
-use crate::audit::tree::verify::{self, External, ExternalResult, Outcome};
+use crate::audit::tree::verify::{self, External, ExternalResult, Verification};
 use crate::config::Config;
 use crate::store::Store;
 
@@ -92,7 +92,7 @@ fn run_verify(config: &Config, args: VerifyArgs, out: &mut dyn Write) -> anyhow:
     );
     progress.finish();
     match outcome? {
-        Outcome::Verified(s) => {
+        Verification::Verified(s) => {
             let rows = match s.rows {
                 Some((first, last)) => format!("rows {first} to {last}"),
                 None => "no rows".to_owned(),
@@ -116,7 +116,7 @@ fn run_verify(config: &Config, args: VerifyArgs, out: &mut dyn Write) -> anyhow:
             }
             Ok(true)
         }
-        Outcome::Broken { seq, reason } => {
+        Verification::Broken { seq, reason } => {
             writeln!(out, "NOT verified: first bad seq {seq}: {reason}")?;
             Ok(false)
         }

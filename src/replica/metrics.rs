@@ -13,7 +13,7 @@ use prometheus::{
     Opts, Registry, TextEncoder,
 };
 
-use super::rule::{Effect, Outcome, Replica};
+use super::rule::{Disposition, Effect, Replica};
 
 /// A follower's counters and gauges.
 pub struct Metrics {
@@ -97,18 +97,18 @@ impl Metrics {
 
     /// Count what applying an event did; `time_ms` is the event's `time`.
     pub fn applied(&self, effect: &Effect, time_ms: Option<i64>) {
-        let outcome = match effect.outcome {
-            Outcome::Applied => "applied",
-            Outcome::Stale => "stale",
-            Outcome::Marker => "marker",
-            Outcome::Ignored => "ignored",
+        let outcome = match effect.disposition {
+            Disposition::Applied => "applied",
+            Disposition::Stale => "stale",
+            Disposition::Marker => "marker",
+            Disposition::Ignored => "ignored",
         };
         self.events.with_label_values(&[outcome]).inc();
         if effect.completed {
             self.snapshots.inc();
             self.pruned.inc_by(effect.pruned as u64);
         }
-        if let (Outcome::Applied, Some(ms)) = (effect.outcome, time_ms) {
+        if let (Disposition::Applied, Some(ms)) = (effect.disposition, time_ms) {
             self.newest_ms.fetch_max(ms, Ordering::Relaxed);
         }
     }
@@ -204,7 +204,7 @@ mod tests {
     fn outcomes_are_counted_and_rendered_with_the_prefix() {
         let m = Metrics::new();
         let applied = Effect {
-            outcome: Outcome::Applied,
+            disposition: Disposition::Applied,
             completed: true,
             pruned: 2,
         };

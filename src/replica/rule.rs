@@ -47,7 +47,7 @@ pub struct Replica {
 
 /// What applying one event did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Disposition {
     /// The event's version was greater: the replica took it.
     Applied,
     /// A duplicate or an older version: nothing changed (a snapshot still saw it).
@@ -62,7 +62,7 @@ pub enum Outcome {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Effect {
     /// What became of the event.
-    pub outcome: Outcome,
+    pub disposition: Disposition,
     /// Whether the event completed a snapshot (which then pruned).
     pub completed: bool,
     /// Subjects marked deleted by the snapshot this event completed (0 if none).
@@ -70,10 +70,10 @@ pub struct Effect {
 }
 
 impl Effect {
-    /// `outcome`, completing no snapshot.
-    fn of(outcome: Outcome) -> Effect {
+    /// `disposition`, completing no snapshot.
+    fn of(disposition: Disposition) -> Effect {
         Effect {
-            outcome,
+            disposition,
             completed: false,
             pruned: 0,
         }
@@ -89,42 +89,42 @@ impl Replica {
 
     /// Apply what one event means.
     pub fn apply(&mut self, meaning: Meaning) -> Effect {
-        let (outcome, snapshot) = match meaning {
+        let (disposition, snapshot) = match meaning {
             Meaning::Change(change) => {
                 let snapshot = change.snapshot.clone();
                 let seen = (change.store.clone(), change.key.clone());
-                let outcome = self.apply_change(change);
-                (outcome, snapshot.map(|id| (id, seen)))
+                let disposition = self.apply_change(change);
+                (disposition, snapshot.map(|id| (id, seen)))
             }
             Meaning::SnapshotStarted(started) => {
                 let id = started.id.clone();
                 if let Some(s) = self.snapshot(&id) {
                     s.started = Some(started);
                 }
-                return self.complete(&id, Outcome::Marker);
+                return self.complete(&id, Disposition::Marker);
             }
             Meaning::SnapshotFinished(finished) => {
                 if let Some(s) = self.snapshot(&finished.id) {
                     s.count = Some(finished.count);
                 }
-                return self.complete(&finished.id, Outcome::Marker);
+                return self.complete(&finished.id, Disposition::Marker);
             }
-            Meaning::Ignored => (Outcome::Ignored, None),
+            Meaning::Ignored => (Disposition::Ignored, None),
         };
         let Some((id, seen)) = snapshot else {
-            return Effect::of(outcome);
+            return Effect::of(disposition);
         };
         if let Some(s) = self.snapshot(&id) {
             s.items.insert(seen);
         }
-        self.complete(&id, outcome)
+        self.complete(&id, disposition)
     }
 
     /// The rule for one subject.
-    fn apply_change(&mut self, change: Change) -> Outcome {
+    fn apply_change(&mut self, change: Change) -> Disposition {
         let keys = self.subjects.entry(change.store).or_default();
         match keys.get(&change.key) {
-            Some(held) if held.version >= change.version => Outcome::Stale,
+            Some(held) if held.version >= change.version => Disposition::Stale,
             _ => {
                 let entry = Entry {
                     kind: change.kind,
@@ -132,7 +132,7 @@ impl Replica {
                     entity: change.entity,
                 };
                 keys.insert(change.key, entry);
-                Outcome::Applied
+                Disposition::Applied
             }
         }
     }
@@ -146,15 +146,15 @@ impl Replica {
     }
 
     /// Prune by snapshot `id` if it is complete now.
-    fn complete(&mut self, id: &str, outcome: Outcome) -> Effect {
+    fn complete(&mut self, id: &str, disposition: Disposition) -> Effect {
         let done = self.snapshots.get(id).is_some_and(Snapshot::complete);
         let Some(snapshot) = done.then(|| self.snapshots.remove(id)).flatten() else {
-            return Effect::of(outcome);
+            return Effect::of(disposition);
         };
         self.completed.insert(id.to_owned());
         let pruned = self.prune(&snapshot);
         Effect {
-            outcome,
+            disposition,
             completed: true,
             pruned,
         }

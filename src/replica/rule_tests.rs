@@ -119,7 +119,7 @@ proptest! {
         let mut again = replica.clone();
         for e in &events {
             let effect = again.apply(Meaning::Change(e.clone()));
-            prop_assert_eq!(effect.outcome, Outcome::Stale);
+            prop_assert_eq!(effect.disposition, Disposition::Stale);
         }
         prop_assert_eq!(again, replica);
     }
@@ -206,7 +206,10 @@ fn a_subject_changed_during_the_snapshot_is_kept() {
     assert_eq!(entry(&r, "s", "t/routes/c"), deleted_at(5));
     // An event of a pruned subject at or below the floor is stale now.
     let late = change("s", "t/routes/c", 4, Some(json!({})));
-    assert_eq!(r.apply(Meaning::Change(late)).outcome, Outcome::Stale);
+    assert_eq!(
+        r.apply(Meaning::Change(late)).disposition,
+        Disposition::Stale
+    );
 }
 
 #[test]

@@ -44,7 +44,7 @@ pub struct External {
 
 /// What a verification found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Verification {
     /// The trail and its tree agree, and every checkpoint with them.
     Verified(Summary),
     /// They part.
@@ -120,7 +120,7 @@ pub fn verify(
     key: Option<&str>,
     external: &[External],
     progress: &mut dyn FnMut(u64, u64),
-) -> Result<Outcome, VerifyError> {
+) -> Result<Verification, VerifyError> {
     let TreeMeta { origin, layout } = TreeMeta::read(store)?.ok_or(VerifyError::NoTree)?;
     let key = match key {
         Some(k) => k.to_owned(),
@@ -153,8 +153,8 @@ pub fn verify(
         })?;
     }
     match walk.run(store, progress)? {
-        Err((seq, reason)) => Ok(Outcome::Broken { seq, reason }),
-        Ok(summary) => Ok(Outcome::Verified(summary)),
+        Err((seq, reason)) => Ok(Verification::Broken { seq, reason }),
+        Ok(summary) => Ok(Verification::Verified(summary)),
     }
 }
 

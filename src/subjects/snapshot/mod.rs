@@ -74,7 +74,7 @@ pub enum Reason {
 /// Where a snapshot is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum State {
+pub enum Phase {
     /// Writing its rows.
     Running,
     /// Its finished marker is written.
@@ -93,7 +93,7 @@ pub struct Progress {
     /// Why it was taken.
     pub reason: Reason,
     /// Where it is.
-    pub state: State,
+    pub state: Phase,
     /// Items written so far.
     pub items: u64,
     /// Why it failed.
@@ -291,7 +291,7 @@ impl Snapshots {
             id: Uuid::new_v4(),
             kinds: kinds.iter().map(|k| k.kind()).collect(),
             reason,
-            state: State::Running,
+            state: Phase::Running,
             items: 0,
             error: None,
         };
@@ -304,10 +304,10 @@ impl Snapshots {
         let mut status = self.inner.lock();
         if let Some(mut progress) = status.running.take() {
             match ended {
-                Ok(()) => progress.state = State::Finished,
+                Ok(()) => progress.state = Phase::Finished,
                 Err(e) => {
                     telemetry::remote::snapshot_failed(&format!("{:?}", progress.reason), &e);
-                    progress.state = State::Failed;
+                    progress.state = Phase::Failed;
                     progress.error = Some(e);
                 }
             }

@@ -62,7 +62,7 @@ async fn one_runs_at_a_time_and_shows_its_progress() {
     });
     let (trail, s) = snapshots(dir.path(), kind.clone());
     let (first, seq) = s.request(Context::system(), None).await.unwrap();
-    assert_eq!(first.state, State::Running);
+    assert_eq!(first.state, Phase::Running);
     assert!(matches!(
         s.request(Context::system(), None).await,
         Err(SnapshotError::InProgress)
@@ -76,7 +76,7 @@ async fn one_runs_at_a_time_and_shows_its_progress() {
     let ended = wait_ended(&s).await;
     assert_eq!(
         (ended.id, ended.state, ended.items),
-        (first.id, State::Finished, 3)
+        (first.id, Phase::Finished, 3)
     );
     // The request's row, the start marker with the floor, the finish marker with the count.
     let rows = crate::audit::page(trail.store(), 0, 10, &Default::default()).unwrap();
@@ -122,7 +122,7 @@ async fn a_failed_snapshot_writes_no_finish_marker() {
     kind.go.notify_one();
     assert!(s.take(Reason::Restore, None).await.is_err());
     let last = s.status().last.unwrap();
-    assert_eq!(last.state, State::Failed);
+    assert_eq!(last.state, Phase::Failed);
     assert_eq!(last.reason, Reason::Restore);
     assert_eq!(
         last.error.as_deref(),

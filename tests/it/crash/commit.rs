@@ -9,7 +9,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use crate::support::trail::*;
-use ankusa::audit::tree::verify::{self, Outcome};
+use ankusa::audit::tree::verify::{self, Verification};
 use ankusa::store::{keys::meta, Cf, Store};
 use rand::Rng;
 
@@ -112,7 +112,7 @@ fn check_store(path: &std::path::Path, acked: &BTreeMap<u64, String>) {
     );
     // Whatever the kill cut, every row is in the tree and every checkpoint matches.
     match verify::verify(&store, None, &[], &mut |_, _| {}).expect("verify") {
-        Outcome::Verified(s) => assert_eq!(s.size, seqs.len() as u64),
+        Verification::Verified(s) => assert_eq!(s.size, seqs.len() as u64),
         broken => panic!("after a kill: {broken:?}"),
     }
     let by_seq: BTreeMap<u64, &str> = rows.iter().map(|r| (r.seq, r.resource.as_str())).collect();

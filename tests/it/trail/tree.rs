@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use crate::support::trail::*;
 use ankusa::audit::tree::checkpoint::{CheckpointKey, SignedCheckpoint};
-use ankusa::audit::tree::verify::{self, External, ExternalResult, Outcome};
+use ankusa::audit::tree::verify::{self, External, ExternalResult, Verification};
 use ankusa::audit::tree::{Layout, TILE_WIDTH};
 use ankusa::audit::{Row, SystemClock, Trail, TrailOptions, TreeOptions};
 use ankusa::store::{keys, keys::meta, Cf, Store};
@@ -177,7 +177,7 @@ async fn checkpoints_and_proofs_verify_with_implementations_the_node_does_not_us
         note: checkpoints[1].detail["checkpoint"].as_str().unwrap().into(),
     };
     match verify::verify(&store, Some(&vkey), &[external], &mut |_, _| {}).unwrap() {
-        Outcome::Verified(s) => {
+        Verification::Verified(s) => {
             assert_eq!(s.rows, Some((1, 123)));
             assert_eq!((s.size, s.checkpoints), (123, 3));
             assert_eq!(
@@ -428,7 +428,11 @@ async fn verify_names_the_first_bad_seq_of_a_thousand_random_tamperings() {
         f.reader.catch_up().unwrap();
         verify::verify(&f.reader, None, &[], &mut |_, _| {}).unwrap()
     };
-    assert!(matches!(check(&f), Outcome::Verified(_)), "{:?}", check(&f));
+    assert!(
+        matches!(check(&f), Verification::Verified(_)),
+        "{:?}",
+        check(&f)
+    );
     let named = |t: &Tamper| {
         let (want, changes) = f.plan(t);
         let undo = f.apply(changes);
@@ -450,7 +454,9 @@ async fn verify_names_the_first_bad_seq_of_a_thousand_random_tamperings() {
     };
     let before = f.sizes[f.sizes.len() / 2 - 1];
     match named(&hidden) {
-        (want, Outcome::Broken { seq, .. }) => assert_eq!((seq, want), (before + 1, before + 1)),
+        (want, Verification::Broken { seq, .. }) => {
+            assert_eq!((seq, want), (before + 1, before + 1))
+        }
         (_, outcome) => panic!("{hidden:?}: {outcome:?}"),
     }
     let mut runner = TestRunner::new(ProptestConfig {
@@ -462,14 +468,16 @@ async fn verify_names_the_first_bad_seq_of_a_thousand_random_tamperings() {
         .run(&tamper(n, f.newest), |t| {
             let (want, outcome) = named(&t);
             match outcome {
-                Outcome::Broken { seq, .. } => prop_assert_eq!(seq, want, "{:?}: {:?}", t, outcome),
-                Outcome::Verified(_) => prop_assert!(false, "{:?} was not found", t),
+                Verification::Broken { seq, .. } => {
+                    prop_assert_eq!(seq, want, "{:?}: {:?}", t, outcome)
+                }
+                Verification::Verified(_) => prop_assert!(false, "{:?} was not found", t),
             }
             Ok(())
         })
         .unwrap();
     assert!(
-        matches!(check(&f), Outcome::Verified(_)),
+        matches!(check(&f), Verification::Verified(_)),
         "every tampering undone"
     );
 }
@@ -583,7 +591,7 @@ fn assert_verified(
         })
         .collect();
     match verify::verify(&store, Some(vkey), &external, &mut |_, _| {}).unwrap() {
-        Outcome::Verified(s) => s,
+        Verification::Verified(s) => s,
         other => panic!("{other:?}"),
     }
 }
@@ -621,7 +629,9 @@ fn a_store_without_the_tree_is_caught_up_at_start() {
     });
     let store = Store::open(dir.path()).unwrap();
     match verify::verify(&store, None, &[], &mut |_, _| {}).unwrap() {
-        Outcome::Verified(s) => assert_eq!((s.rows, s.size, s.checkpoints), (Some((1, 32)), 32, 1)),
+        Verification::Verified(s) => {
+            assert_eq!((s.rows, s.size, s.checkpoints), (Some((1, 32)), 32, 1))
+        }
         other => panic!("{other:?}"),
     }
 }
