@@ -76,9 +76,22 @@ pub enum StoreError {
         /// What was wrong with it.
         detail: String,
     },
-    /// The store (or the writer in front of it) is not taking requests: stopped or failed.
-    #[error("store unavailable: {0}")]
-    Unavailable(String),
+    /// A batch was not written: the write failed (`detail`), or a batch it was prepared on
+    /// top of did.
+    #[error("store unavailable: batch not written: {0}")]
+    Unwritten(String),
+    /// The trail did not write a row the node makes itself (`what`): it stopped, or the
+    /// backlog (`backlog`) or a refusal kept the row out.
+    #[error("store unavailable: the trail did not write {what}{}", at_ceiling(.backlog))]
+    NotRecorded {
+        /// Which row.
+        what: &'static str,
+        /// Whether the outbox backlog ceiling kept it out.
+        backlog: bool,
+    },
+    /// Work that runs one at a time (`what`) is already running.
+    #[error("store unavailable: {0} is already running")]
+    Busy(&'static str),
     /// Redis did not answer, failed, or refused (the error's kind and code, never its URL).
     #[error("store unavailable: redis: {0}")]
     Redis(String),
@@ -101,8 +114,8 @@ pub enum StoreError {
     /// An injected failure (failpoints, tests only).
     #[error("injected failure: {0}")]
     Injected(String),
-    /// Work on the blocking pool did not finish: it panicked, or the runtime is shutting down
-    /// (see `blocking`).
+    /// Work on the blocking pool (see `blocking`) or a thread of its own did not finish: it
+    /// panicked, could not start, or the runtime is shutting down.
     #[error("{what} did not finish: {detail}")]
     Task {
         /// The work.
@@ -110,6 +123,15 @@ pub enum StoreError {
         /// tokio's word for why.
         detail: String,
     },
+}
+
+/// What [`StoreError::NotRecorded`] adds when the backlog ceiling kept the row out.
+fn at_ceiling(backlog: &bool) -> &'static str {
+    if *backlog {
+        " (at its backlog ceiling)"
+    } else {
+        ""
+    }
 }
 
 /// A key and its value.

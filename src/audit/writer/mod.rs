@@ -189,8 +189,8 @@ pub(crate) fn start(
         written: counters,
         failed: None,
     };
-    let thread = pipe::spawn(writer, syncer).map_err(|e| StoreError::Corrupt {
-        what: "audit writer thread".into(),
+    let thread = pipe::spawn(writer, syncer).map_err(|e| StoreError::Task {
+        what: "the audit writer thread",
         detail: e.to_string(),
     })?;
     Ok(Running {

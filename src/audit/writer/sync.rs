@@ -232,7 +232,7 @@ pub(crate) fn row_as_written(
     row: Result<Option<Box<Row>>, StoreError>,
 ) -> Result<Option<Box<Row>>, StoreError> {
     match (written, row) {
-        (Err(e), _) => Err(StoreError::Unavailable(format!("batch not written: {e}"))),
+        (Err(e), _) => Err(StoreError::Unwritten(e.to_string())),
         (Ok(_), Err(e)) => Err(e),
         (Ok(_), Ok(None)) => Ok(None),
         (Ok(_), Ok(Some(row))) => {
@@ -243,13 +243,13 @@ pub(crate) fn row_as_written(
 }
 
 pub(crate) fn abandoned() -> StoreError {
-    StoreError::Unavailable("an earlier batch it was validated against was not written".into())
+    StoreError::Unwritten("an earlier batch it was validated against was not written".into())
 }
 
 /// Answer every request of a group: `written` is the batch's fate; `stale`: the group was
 /// prepared on top of a batch that failed, so even its refusals may be wrong.
 pub(crate) fn complete(taken: Vec<Taken>, written: Result<u64, StoreError>, stale: bool) {
-    let unwritten = |e: &StoreError| StoreError::Unavailable(format!("batch not written: {e}"));
+    let unwritten = |e: &StoreError| StoreError::Unwritten(e.to_string());
     for t in taken {
         match t {
             Taken::Change { job, row } => match (&written, row) {

@@ -309,11 +309,9 @@ impl<T: RemoteSubject> Remote<T> {
             })
             .await
             .map(|_| ())
-            .map_err(|e: CommitError<()>| match e {
-                CommitError::AuditBacklog => StoreError::Unavailable(
-                    "the drift row: the trail is at its backlog ceiling".into(),
-                ),
-                _ => StoreError::Unavailable("the drift row could not be written".into()),
+            .map_err(|e: CommitError<()>| StoreError::NotRecorded {
+                what: "a drift row",
+                backlog: matches!(e, CommitError::AuditBacklog),
             })
     }
 }

@@ -246,10 +246,7 @@ async fn run(
             match &then {
                 Some(snapshots) => match snapshots.take(Reason::Restore, None).await {
                     Ok(Some(_)) => Ok(()),
-                    Ok(None) => Err((
-                        "snapshot",
-                        StoreError::Unavailable("another snapshot is running".into()),
-                    )),
+                    Ok(None) => Err(("snapshot", StoreError::Busy("a snapshot"))),
                     Err(e) => Err(("snapshot", e)),
                 },
                 None => Ok(()),

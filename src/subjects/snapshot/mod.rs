@@ -226,7 +226,7 @@ impl Snapshots {
     ) -> Result<Option<u64>, StoreError> {
         let kinds = self
             .pick(kinds)
-            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+            .map_err(|e| StoreError::Misconfigured(e.to_string()))?;
         let Ok(progress) = self.begin(&kinds, reason) else {
             return Ok(None);
         };
@@ -378,13 +378,9 @@ fn resource(id: Uuid) -> String {
 
 /// A system row the writer did not write.
 pub(crate) fn unrecorded<E>(e: CommitError<E>) -> StoreError {
-    match e {
-        CommitError::StoreUnavailable | CommitError::AuditBacklog => {
-            StoreError::Unavailable("the trail did not write a snapshot row".into())
-        }
-        CommitError::Refused(_) => {
-            StoreError::Unavailable("the trail refused a snapshot row".into())
-        }
+    StoreError::NotRecorded {
+        what: "a snapshot row",
+        backlog: matches!(e, CommitError::AuditBacklog),
     }
 }
 
