@@ -194,6 +194,30 @@ impl SentinelServer {
             assert!(Instant::now() < deadline, "the sentinel did not come up");
             std::thread::sleep(Duration::from_millis(20));
         }
+        // The sentinel learns the primary's replicas from its INFO: a primary killed before
+        // that leaves it nothing to promote, ever.
+        let replicas = query::<String>(primary, redis::cmd("INFO").arg("replication"))
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("connected_slaves:")?
+                    .trim()
+                    .parse::<usize>()
+                    .ok()
+            })
+            .unwrap_or(0);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let known: Vec<redis::Value> =
+                query(port, redis::cmd("SENTINEL").arg("REPLICAS").arg(master));
+            if known.len() >= replicas {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the sentinel did not learn the replicas"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
         SentinelServer {
             port,
             _dir: dir,
@@ -207,4 +231,13 @@ impl Drop for SentinelServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `cmd`'s answer from the Redis (or sentinel) on `port`, on a connection of its own.
+fn query<T: redis::FromRedisValue>(port: u16, cmd: &mut redis::Cmd) -> T {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+    let mut conn = client
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .expect("connect");
+    cmd.query(&mut conn).expect("query")
 }
