@@ -260,7 +260,7 @@ fn build(dir: &std::path::Path, n: u64) -> Usage {
         |b: &mut WriteBatch, name: &str, v: &[u8]| b.put_cf(audit, keys::meta_key(name), v);
     meta_put(&mut batch, meta::AUDIT_SEQ, &n.to_be_bytes());
     meta_put(&mut batch, meta::AUDIT_USAGE, &usage.encode());
-    meta_put(&mut batch, &meta::sink_cursor(SINK), &n.to_be_bytes());
+    meta_put(&mut batch, &meta::sink_position(SINK), &n.to_be_bytes());
     meta_put(&mut batch, meta::LIFECYCLE_CURSOR, &n.to_be_bytes());
     db.write(batch).unwrap();
     for cf in Cf::ALL {

@@ -104,7 +104,7 @@ pub struct Submitted {
 }
 
 impl Submitted {
-    /// An attempt already over: nothing may overtake it until it is settled.
+    /// An attempt already over: nothing may overtake it until it is resolved.
     pub fn done(outcomes: Vec<Outcome>) -> Submitted {
         Submitted {
             open: false,

@@ -1,7 +1,7 @@
 //! `POST /admin/v1/backups`: back up the running node's store into `node.backup_dir`.
 //!
-//! The backup is taken first, from a checkpoint (see `store::backup`: the writer is never
-//! paused, and the `m:audit_seq` the backup holds is read from the checkpoint itself), then
+//! The backup is taken first, from a frozen copy (see `store::backup`: the writer is never
+//! paused, and the `m:audit_seq` the backup holds is read from the copy itself), then
 //! the `backup.create` row is committed through the writer, saying which backup and which
 //! `m:audit_seq` it holds. So the row comes after everything the backup holds and never names
 //! a backup that does not exist; the backup never holds its own row. A row that cannot be

@@ -43,7 +43,7 @@ pub const MAX_REQUEST_ID_LEN: usize = 128;
 #[derive(Debug, Clone)]
 pub struct RequestId(pub Arc<str>);
 
-/// Middleware: settle the request id, run the request, echo the id, log the request.
+/// Middleware: choose the request id, run the request, echo the id, log the request.
 pub async fn request_id(mut request: Request, next: Next) -> Response {
     let started = Instant::now();
     let method = request.method().clone();

@@ -43,8 +43,8 @@ pub enum ApiError {
     Forbidden(Scope),
     /// 404: the subject (or row) does not exist.
     NotFound(String),
-    /// 404: no route has this path.
-    NoRoute,
+    /// 404: no endpoint has this path (its wire code stays `no_route`).
+    NoEndpoint,
     /// 405: the path exists, the method does not.
     MethodNotAllowed,
     /// 409: the subject exists, is at another revision, or its state forbids the change.
@@ -66,7 +66,7 @@ pub enum ApiError {
     StoreUnavailable,
     /// 503: the audit trail is at a ceiling; retry later.
     AuditBacklog,
-    /// 503: every connection slot this client may take is held; on a reserved slot only
+    /// 503: every connection slot this client may take is taken; on a reserved slot only
     /// probes and authenticated requests are served.
     Busy,
     /// 500: a bug or a corrupt value; details are logged only.
@@ -97,7 +97,7 @@ impl ApiError {
             ApiError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
-            ApiError::NotFound(_) | ApiError::NoRoute => StatusCode::NOT_FOUND,
+            ApiError::NotFound(_) | ApiError::NoEndpoint => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -119,7 +119,7 @@ impl ApiError {
             ApiError::Unauthorized => "unauthorized",
             ApiError::Forbidden(_) => "forbidden",
             ApiError::NotFound(_) => "not_found",
-            ApiError::NoRoute => "no_route",
+            ApiError::NoEndpoint => "no_route",
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::Conflict { code, .. } => code,
             ApiError::TooLarge => "too_large",
@@ -145,7 +145,7 @@ impl ApiError {
                 None,
             ),
             ApiError::NotFound(what) => (what.clone(), None),
-            ApiError::NoRoute => ("no such route".into(), None),
+            ApiError::NoEndpoint => ("no such endpoint".into(), None),
             ApiError::MethodNotAllowed => ("method not allowed on this route".into(), None),
             ApiError::Conflict { message, .. } => (message.clone(), None),
             ApiError::TooLarge => ("the request body is over api.body_limit".into(), None),

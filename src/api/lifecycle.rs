@@ -36,7 +36,7 @@ pub struct LetterQuery {
 
 /// `GET /admin/v1/lifecycle`: the global cursor, the last seq, the backlog, every sink's
 /// position and state, the incarnation history, and the trail's usage against its ceilings
-/// (rows, bytes, refusals, pruned rows, rows held back by the cursor).
+/// (rows, bytes, refusals, pruned rows, rows the cursor keeps).
 pub async fn status(
     _: Authorized<AdminRead>,
     State(state): State<AppState>,
@@ -93,8 +93,8 @@ pub async fn redrive(
     ApiPath(sink): ApiPath<String>,
 ) -> Result<Json<Value>, ApiError> {
     let target = known_sink(&state, &sink)?;
-    let held = held_letters(&state, &sink)?;
-    let report = dead_letters::redrive(&state.trail, ctx, &held, &*target)
+    let counted = letter_count(&state, &sink)?;
+    let report = dead_letters::redrive(&state.trail, ctx, &counted, &*target)
         .await
         .map_err(letter_error)?;
     Ok(Json(json!(report)))
@@ -106,8 +106,8 @@ pub async fn drop_letter(
     State(state): State<AppState>,
     ApiPath((sink, seq)): ApiPath<(String, u64)>,
 ) -> Result<Json<Value>, ApiError> {
-    let held = held_letters(&state, &sink)?;
-    let row = dead_letters::drop_letter(&state.trail, ctx, &held, seq)
+    let counted = letter_count(&state, &sink)?;
+    let row = dead_letters::drop_letter(&state.trail, ctx, &counted, seq)
         .await
         .map_err(letter_error)?;
     Ok(Json(json!({"dropped": seq, "audit_seq": row})))
@@ -210,11 +210,11 @@ fn known_sink(
 }
 
 /// The count of sink `sink`'s dead letters, which removing them counts out.
-fn held_letters(state: &AppState, sink: &str) -> Result<dead_letters::Held, ApiError> {
+fn letter_count(state: &AppState, sink: &str) -> Result<dead_letters::LetterCount, ApiError> {
     state
         .lifecycle
         .as_deref()
-        .and_then(|p| p.held(sink))
+        .and_then(|p| p.letter_count(sink))
         .ok_or_else(|| unknown_sink(sink))
 }
 

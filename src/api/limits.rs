@@ -45,7 +45,7 @@ pub async fn deadlines(
         .extensions_mut()
         .insert(BodyDeadline(started + limits.body_timeout));
     let answer = async {
-        held_handler().await;
+        stalled_handler().await;
         next.run(request).await
     };
     match tokio::time::timeout(limits.request_timeout, answer).await {
@@ -58,8 +58,8 @@ pub async fn deadlines(
 }
 
 /// Failpoint `api::handler` (`return(<ms>)`): hold the handler that long, without blocking
-/// the thread, as a slow store or a held gate would.
-async fn held_handler() {
+/// the thread, as a slow store or a closed gate would.
+async fn stalled_handler() {
     if let Some(ms) = handler_hold_ms() {
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }

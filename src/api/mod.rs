@@ -90,7 +90,7 @@ pub struct Shared {
     /// Work a request started that must end with its row even if its client goes away
     /// ([`AppState::finish`]); the node waits for it before it stops the writer.
     pub work: tokio_util::task::TaskTracker,
-    /// The one backup under way: held by its work, so that a second one is refused (409)
+    /// The one backup under way: kept by its work, so that a second one is refused (409)
     /// rather than queued behind it on the blocking pool.
     pub backing_up: Arc<tokio::sync::Semaphore>,
 }
@@ -147,7 +147,7 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .merge(admin)
-        .fallback(no_route)
+        .fallback(no_endpoint)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(state.admin.body_limit))
         // Inside the request id: a timed-out request's answer echoes its id and is logged.
@@ -166,8 +166,8 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-async fn no_route() -> ApiError {
-    ApiError::NoRoute
+async fn no_endpoint() -> ApiError {
+    ApiError::NoEndpoint
 }
 
 async fn method_not_allowed() -> ApiError {

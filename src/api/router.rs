@@ -1,9 +1,9 @@
-//! The admin API's routes, declared once, in a table that both builds the router and lists
+//! The admin API's endpoints, declared once, in a table that both builds the router and lists
 //! what it serves.
 //!
-//! axum cannot list a router's routes, so [`admin`] records each `(method, path)` as it
+//! axum cannot list a router's endpoints, so [`admin`] records each `(method, path)` as it
 //! adds it; a test compares that list with `openapi/admin-v1.json` both ways, so the
-//! document can never describe a route that is not served or miss one that is.
+//! document can never describe an endpoint that is not served or miss one that is.
 
 use axum::handler::Handler;
 use axum::http::{header, Method};
@@ -19,16 +19,16 @@ use crate::subjects::overrides::Override;
 use crate::subjects::quarantine::Quarantine;
 use crate::subjects::replay::ReplayJob;
 
-/// Every admin route starts with this.
+/// Every admin endpoint starts with this.
 pub const PREFIX: &str = "/admin/v1";
 
 /// The OpenAPI document of the admin API, kept in the repository.
 pub const OPENAPI: &str = include_str!("../../openapi/admin-v1.json");
 
-/// A router under construction and the routes added to it.
+/// A router under construction and the endpoints added to it.
 struct Table {
     router: Router<AppState>,
-    routes: Vec<(Method, &'static str)>,
+    endpoints: Vec<(Method, &'static str)>,
 }
 
 impl Table {
@@ -44,7 +44,7 @@ impl Table {
         T: 'static,
     {
         self.router = self.router.route(path, on(handler));
-        self.routes.push((method, path));
+        self.endpoints.push((method, path));
         self
     }
 
@@ -69,11 +69,11 @@ impl Table {
     }
 }
 
-/// The admin router and the `(method, path)` of every route it serves.
+/// The admin router and the `(method, path)` of every endpoint it serves.
 pub fn admin() -> (Router<AppState>, Vec<(Method, &'static str)>) {
     let table = Table {
         router: Router::new(),
-        routes: Vec::new(),
+        endpoints: Vec::new(),
     }
     .get("/admin/v1/openapi.json", openapi)
     .get("/admin/v1/asyncapi.json", schemas::asyncapi)
@@ -150,11 +150,11 @@ pub fn admin() -> (Router<AppState>, Vec<(Method, &'static str)>) {
     .post("/admin/v1/lifecycle/snapshot", lifecycle::snapshot)
     .post("/admin/v1/backups", backups::create)
     .post("/admin/v1/stores/verify", stores::verify);
-    (table.router, table.routes)
+    (table.router, table.endpoints)
 }
 
-/// The `(method, path)` of every admin route, as served.
-pub fn admin_routes() -> Vec<(Method, &'static str)> {
+/// The `(method, path)` of every admin endpoint, as served.
+pub fn admin_endpoints() -> Vec<(Method, &'static str)> {
     admin().1
 }
 

@@ -11,7 +11,7 @@ pub trait Clock: Send + Sync + Debug {
     fn now_ms(&self) -> u64;
 
     /// Milliseconds from a fixed start, never going back and never leaping (what the wall
-    /// clock is held against).
+    /// clock is checked against).
     fn monotonic_ms(&self) -> u64;
 }
 

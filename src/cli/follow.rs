@@ -258,7 +258,7 @@ async fn compare(
     let (present, _) = replica.counts();
     writeln!(
         out,
-        "the replica equals {}: {present} subjects held",
+        "the replica equals {}: {present} subjects kept",
         api.url
     )?;
     Ok(())

@@ -9,7 +9,7 @@
 //! A sink holds at most `lifecycle.max_dead_letters`. They are not counted into the trail's
 //! ceilings: those prune the oldest rows to make room, and a dead letter must never be
 //! pruned (it is the only copy of an event its sink passed over), so a full trail would only
-//! refuse operators' changes, never stop the sink that fills it. Instead [`Held`] counts
+//! refuse operators' changes, never stop the sink that fills it. Instead [`LetterCount`] counts
 //! each sink's letters, and at the ceiling the sink stops before the next event it would
 //! dead-letter until an operator removes some: no event is passed over without its letter.
 
@@ -31,16 +31,16 @@ use crate::telemetry;
 /// never below what the store holds, and the lane never dead-letters past the ceiling.
 /// Shared by clones; each change is reported as the sink's gauge.
 #[derive(Debug, Clone)]
-pub struct Held {
+pub struct LetterCount {
     sink: Arc<str>,
     count: Arc<AtomicU64>,
 }
 
-impl Held {
+impl LetterCount {
     /// Sink `sink`'s count, starting at `count` (what the store holds).
-    pub(crate) fn new(sink: &str, count: u64) -> Held {
-        telemetry::lifecycle::dead_letters_held(sink, count);
-        Held {
+    pub(crate) fn new(sink: &str, count: u64) -> LetterCount {
+        telemetry::lifecycle::dead_letters_counted(sink, count);
+        LetterCount {
             sink: sink.into(),
             count: Arc::new(AtomicU64::new(count)),
         }
@@ -65,7 +65,7 @@ impl Held {
     pub(crate) fn add(&self, n: u64) {
         if n > 0 {
             let now = self.count.fetch_add(n, Ordering::SeqCst).saturating_add(n);
-            telemetry::lifecycle::dead_letters_held(&self.sink, now);
+            telemetry::lifecycle::dead_letters_counted(&self.sink, now);
         }
     }
 
@@ -76,7 +76,7 @@ impl Held {
             .count
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, less);
         let now = before.map_or(0, |c| c.saturating_sub(n));
-        telemetry::lifecycle::dead_letters_held(&self.sink, now);
+        telemetry::lifecycle::dead_letters_counted(&self.sink, now);
     }
 }
 
@@ -154,18 +154,18 @@ pub fn list(
 #[error("no such dead letter")]
 pub struct NoSuchLetter;
 
-/// Remove dead letter `seq` of the sink `held` counts for good, with its audit row
+/// Remove dead letter `seq` of the sink `counted` counts for good, with its audit row
 /// (`dead_letter.drop`) in the same batch. Returns the row's seq.
 pub async fn drop_letter(
     trail: &Trail,
     ctx: Context,
-    held: &Held,
+    counted: &LetterCount,
     seq: u64,
 ) -> Result<u64, CommitError<NoSuchLetter>> {
-    remove(trail, ctx, held, seq, "dead_letter.drop").await
+    remove(trail, ctx, counted, seq, "dead_letter.drop").await
 }
 
-/// Send the dead letters of the sink `held` counts again through `target`, in seq order with
+/// Send the dead letters of the sink `counted` counts again through `target`, in seq order with
 /// their original ids; each one delivered is removed with an audit row
 /// (`dead_letter.redrive`). Stops at the first that fails again, or whose row cannot be
 /// written: an error only if nothing was removed yet, otherwise the report says why it
@@ -173,10 +173,10 @@ pub async fn drop_letter(
 pub async fn redrive(
     trail: &Trail,
     ctx: Context,
-    held: &Held,
+    counted: &LetterCount,
     target: &dyn Sink,
 ) -> Result<Redriven, CommitError<NoSuchLetter>> {
-    let sink = held.sink();
+    let sink = counted.sink();
     let mut report = Redriven::default();
     let mut after = 0;
     loop {
@@ -196,7 +196,15 @@ pub async fn redrive(
                 report.remaining = remaining(trail, sink).await?;
                 return Ok(report);
             }
-            match remove(trail, ctx.clone(), held, letter.seq, "dead_letter.redrive").await {
+            match remove(
+                trail,
+                ctx.clone(),
+                counted,
+                letter.seq,
+                "dead_letter.redrive",
+            )
+            .await
+            {
                 Ok(_) => report.delivered += 1,
                 Err(e) if report.delivered == 0 => return Err(e),
                 Err(e) => {
@@ -236,18 +244,18 @@ async fn remaining(trail: &Trail, sink: &str) -> Result<u64, StoreError> {
     crate::store::blocking::try_run("counting dead letters", move || count(&store, &sink)).await
 }
 
-/// Remove dead letter `seq` of the sink `held` counts with its `action` row, in one batch,
+/// Remove dead letter `seq` of the sink `counted` counts with its `action` row, in one batch,
 /// and count it out. Never refused by the backlog or the ceilings ([`Context::relieving`]):
 /// a sink stopped at its dead-letter ceiling, or a backlog full behind it, waits for exactly
 /// this.
 async fn remove(
     trail: &Trail,
     ctx: Context,
-    held: &Held,
+    counted: &LetterCount,
     seq: u64,
     action: &'static str,
 ) -> Result<u64, CommitError<NoSuchLetter>> {
-    let sink = held.sink().to_owned();
+    let sink = counted.sink().to_owned();
     let committed = trail
         .commit(ctx.relieving(), move |tx| {
             let key = keys::dead_letter_key(&sink, seq);
@@ -261,7 +269,7 @@ async fn remove(
             Ok((change, ()))
         })
         .await?;
-    held.remove(1);
+    counted.remove(1);
     Ok(committed.seq)
 }
 

@@ -99,7 +99,7 @@ pub struct Visited {
 
 /// Visit up to `limit` flagged rows with seq greater than `after`, in seq order, each with its
 /// redacted entity: the stored JSON bytes, spliced into the event's data as they are. Both
-/// are lent from the store's cursors, so a page is read without a copy of either.
+/// are lent from the store's walks, so a page is read without a copy of either.
 ///
 /// The entity bytes are not parsed here: the writer stored them as `serde_json` wrote them,
 /// in the batch of their row, and every block read is checked against its checksum. A damaged
@@ -115,10 +115,10 @@ pub fn visit(
     if after == u64::MAX || limit == 0 {
         return Ok(visited);
     }
-    // Only flagged rows have an entity: the outbox cursor leads, the rows' cursor steps (or
+    // Only flagged rows have an entity: the outbox walk leads, the rows' walk steps (or
     // seeks) to each entity's row.
-    let mut entities = store.cursor(Cf::Audit, &[keys::OUTBOX]);
-    let mut rows = store.cursor(Cf::Audit, &[keys::ROW]);
+    let mut entities = store.walk(Cf::Audit, &[keys::OUTBOX]);
+    let mut rows = store.walk(Cf::Audit, &[keys::ROW]);
     entities.seek(&keys::outbox_key(after + 1));
     while visited.entities < limit {
         let Some((key, entity)) = entities.entry() else {
@@ -129,7 +129,7 @@ pub fn visit(
             visited.last = Some(seq);
             rows.advance_to(&keys::row_seek(seq));
             match rows.entry() {
-                // The cursor lands on the next row when this one is gone: exact hits only.
+                // The walk lands on the next row when this one is gone: exact hits only.
                 Some((k, v)) if keys::decode_row_key(k).map(|(s, _)| s) == Some(seq) => {
                     match EventRow::decode(k, v) {
                         Ok(row) if row.publish => each(row, entity),

@@ -182,7 +182,7 @@ impl Follower {
                 asked: format!("kafka topic {}", options.topic),
             });
         }
-        metrics.held(&file.replica);
+        metrics.count_subjects(&file.replica);
         let consumer: StreamConsumer = ClientConfig::new()
             .set("bootstrap.servers", &options.brokers)
             .set("group.id", &options.group)

@@ -25,7 +25,7 @@ pub struct Metrics {
     pub snapshots: IntCounter,
     /// Subjects marked deleted by completed snapshots.
     pub pruned: IntCounter,
-    /// Subjects held, by state (`present`, `deleted`), as of the last file write.
+    /// Subjects kept, by state (`present`, `deleted`), as of the last file write.
     pub subjects: IntGaugeVec,
     /// Kafka: records between the position and the high watermark, all partitions.
     pub behind_events: IntGauge,
@@ -60,7 +60,7 @@ impl Metrics {
             "Subjects deleted by snapshots.",
         );
         let subjects = IntGaugeVec::new(
-            Opts::new("subjects", "Subjects held, by state."),
+            Opts::new("subjects", "Subjects kept, by state."),
             &["state"],
         )
         .expect("valid");
@@ -133,7 +133,7 @@ impl Metrics {
     }
 
     /// Set the subject gauges from `replica` (at start, before any write).
-    pub fn held(&self, replica: &Replica) {
+    pub fn count_subjects(&self, replica: &Replica) {
         let (present, deleted) = replica.counts();
         self.subjects
             .with_label_values(&["present"])

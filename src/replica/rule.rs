@@ -124,7 +124,7 @@ impl Replica {
     fn apply_change(&mut self, change: Change) -> Disposition {
         let keys = self.subjects.entry(change.store).or_default();
         match keys.get(&change.key) {
-            Some(held) if held.version >= change.version => Disposition::Stale,
+            Some(kept) if kept.version >= change.version => Disposition::Stale,
             _ => {
                 let entry = Entry {
                     kind: change.kind,

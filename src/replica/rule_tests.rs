@@ -105,8 +105,8 @@ proptest! {
             let expected = Entry { kind: Kind::Route, version: last.version, entity: last.entity.clone() };
             prop_assert_eq!(entry(&replica, &last.store, &last.key), Some(expected));
         }
-        let held: usize = replica.subjects.values().map(BTreeMap::len).sum();
-        prop_assert_eq!(held, histories.len());
+        let kept: usize = replica.subjects.values().map(BTreeMap::len).sum();
+        prop_assert_eq!(kept, histories.len());
     }
 
     #[test]
@@ -126,7 +126,7 @@ proptest! {
 }
 
 /// A replica holding a (v1), b (v2), c (v3) in store s, and a source x (v4) in s.
-fn held() -> Replica {
+fn with_subjects() -> Replica {
     let mut r = Replica::default();
     for (key, v) in [("t/routes/a", 1), ("t/routes/b", 2), ("t/routes/c", 3)] {
         r.apply(Meaning::Change(change(
@@ -161,7 +161,7 @@ fn a_complete_snapshot_prunes_what_it_did_not_refresh_in_any_order() {
         finished("snap", 2),
     ];
     for order in permutations(parts.len()) {
-        let mut r = held();
+        let mut r = with_subjects();
         let pruned: usize = order
             .iter()
             .map(|&i| r.apply(parts[i].clone()).pruned)
@@ -180,7 +180,7 @@ fn a_complete_snapshot_prunes_what_it_did_not_refresh_in_any_order() {
 
 #[test]
 fn duplicate_items_count_once() {
-    let mut r = held();
+    let mut r = with_subjects();
     r.apply(started("snap", &[(Kind::Route, "s", 5)]));
     r.apply(item("s", "t/routes/a", 1, "snap"));
     r.apply(item("s", "t/routes/a", 1, "snap"));
@@ -195,7 +195,7 @@ fn duplicate_items_count_once() {
 
 #[test]
 fn a_subject_changed_during_the_snapshot_is_kept() {
-    let mut r = held();
+    let mut r = with_subjects();
     r.apply(started("snap", &[(Kind::Route, "s", 5)]));
     let during = change("s", "t/routes/d", 7, Some(json!({"id": "d"})));
     r.apply(Meaning::Change(during));
@@ -227,7 +227,7 @@ fn an_incomplete_snapshot_prunes_nothing() {
         ],
     ];
     for parts in cases {
-        let mut r = held();
+        let mut r = with_subjects();
         for part in parts {
             assert_eq!(r.apply(part.clone()).pruned, 0);
         }
@@ -238,7 +238,7 @@ fn an_incomplete_snapshot_prunes_nothing() {
 
 #[test]
 fn late_parts_of_a_completed_snapshot_start_nothing() {
-    let mut r = held();
+    let mut r = with_subjects();
     for part in [
         started("snap", &[(Kind::Route, "s", 5)]),
         finished("snap", 0),

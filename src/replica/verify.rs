@@ -114,14 +114,14 @@ pub fn replica_view(
     }
     let mut view = BTreeMap::new();
     let mut ambiguous = Vec::new();
-    for (key, held) in by_key {
-        match held.as_slice() {
+    for (key, holders) in by_key {
+        match holders.as_slice() {
             [(_, entity)] => {
                 view.insert(key, (*entity).clone());
             }
             _ => ambiguous.push(Difference::Ambiguous {
                 key,
-                stores: held.iter().map(|(s, _)| (*s).to_owned()).collect(),
+                stores: holders.iter().map(|(s, _)| (*s).to_owned()).collect(),
             }),
         }
     }
@@ -231,7 +231,7 @@ pub fn report(differences: &[Difference]) -> String {
             ),
             Difference::Ambiguous { key, stores } => writeln!(
                 out,
-                "ambiguous {key}: held by stores {} (pass --store)",
+                "ambiguous {key}: holders by stores {} (pass --store)",
                 stores.join(", ")
             ),
         };

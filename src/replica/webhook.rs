@@ -128,7 +128,7 @@ impl Server {
                 asked: "a webhook".into(),
             });
         }
-        metrics.held(&loaded.replica);
+        metrics.count_subjects(&loaded.replica);
         let listener = tokio::net::TcpListener::bind(&options.listen)
             .await
             .map_err(|source| FollowError::Listen {
@@ -235,7 +235,7 @@ async fn receive(State(shared): State<Arc<Shared>>, request: Request) -> (Status
 }
 
 /// The body of a request, within the limits: its `content-length` known and at most
-/// [`BODY_LIMIT`], its share of [`BODY_BUDGET`] held while it is read, all of it in within
+/// [`BODY_LIMIT`], its share of [`BODY_BUDGET`] taken while it is read, all of it in within
 /// [`BODY_TIMEOUT`].
 async fn read_body(
     shared: &Shared,

@@ -7,7 +7,7 @@
 //! client cannot take them all. A connection that finds no general slot for it takes a
 //! *reserved* one, where the server answers only probes and authenticated requests (the
 //! caller says which, see [`Reserved`](super::Reserved)), one request per connection and
-//! with a short head timeout, so a reserved slot is never held for long.
+//! with a short head timeout, so a reserved slot is never taken for long.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -24,14 +24,14 @@ pub enum Free {
     Reserved(OwnedSemaphorePermit),
 }
 
-/// General slots held, by peer address.
+/// General slots taken, by peer address.
 type PerPeer = Arc<Mutex<HashMap<IpAddr, usize>>>;
 
 /// Every slot of a server.
 pub struct Slots {
     general: Arc<Semaphore>,
     reserved: Arc<Semaphore>,
-    /// General slots held, by peer; a std mutex, held to count only.
+    /// General slots taken, by peer; a std mutex, taken to count only.
     per_peer: PerPeer,
     max_per_peer: usize,
     /// Peers the per-peer cap does not apply to.
@@ -51,9 +51,9 @@ impl Drop for Slot {
     fn drop(&mut self) {
         if let Some((peer, per_peer)) = self.counted.take() {
             let mut counts = per_peer.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(held) = counts.get_mut(&peer) {
-                *held -= 1;
-                if *held == 0 {
+            if let Some(taken) = counts.get_mut(&peer) {
+                *taken -= 1;
+                if *taken == 0 {
                     counts.remove(&peer);
                 }
             }
@@ -108,16 +108,16 @@ impl Slots {
             });
         }
         let mut counts = self.per_peer.lock().unwrap_or_else(|p| p.into_inner());
-        let held = counts.entry(peer).or_default();
-        if *held < self.max_per_peer {
-            *held += 1;
+        let taken = counts.entry(peer).or_default();
+        if *taken < self.max_per_peer {
+            *taken += 1;
             return Some(Slot {
                 _permit: permit,
                 counted: Some((peer, self.per_peer.clone())),
                 reserved: false,
             });
         }
-        if *held == 0 {
+        if *taken == 0 {
             counts.remove(&peer);
         }
         drop(counts);
@@ -176,7 +176,7 @@ mod tests {
     #[tokio::test]
     async fn with_every_general_slot_taken_the_reserve_serves_then_the_queue_waits() {
         let slots = Slots::new(2, 8, 1, vec!["10.0.0.0/8".parse().unwrap()]);
-        let held: Vec<Slot> = vec![
+        let taken: Vec<Slot> = vec![
             take(&slots, ip(1)).await.unwrap(),
             take(&slots, ip(2)).await.unwrap(),
         ];
@@ -184,18 +184,18 @@ mod tests {
         assert!(r.reserved);
         let waiting = tokio::time::timeout(std::time::Duration::from_millis(50), slots.free());
         assert!(waiting.await.is_err(), "nothing free: wait");
-        drop(held);
+        drop(taken);
         assert!(matches!(slots.free().await, Free::General(_)));
     }
 
     #[tokio::test]
     async fn an_uncapped_peer_takes_any_general_slot() {
         let slots = Slots::new(3, 1, 0, vec!["10.0.0.0/24".parse().unwrap()]);
-        let held: Vec<Slot> = futures::future::join_all((0..3).map(|_| take(&slots, ip(7))))
+        let taken: Vec<Slot> = futures::future::join_all((0..3).map(|_| take(&slots, ip(7))))
             .await
             .into_iter()
             .map(Option::unwrap)
             .collect();
-        assert!(held.iter().all(|s| !s.reserved));
+        assert!(taken.iter().all(|s| !s.reserved));
     }
 }

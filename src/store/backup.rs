@@ -5,15 +5,16 @@
 //! `ankusa/<id>.json`, saying which `m:audit_seq` it holds: rust-rocksdb exposes no app
 //! metadata, and `ankusa backup list` must show it without restoring anything.
 //!
-//! Consistency. A backup is made from a checkpoint of the store, not from the live store:
-//! RocksDB takes the checkpoint atomically across every column family (table files hard-linked
-//! after a flush, the live WAL copied up to the point it was taken), so it holds whole
+//! Consistency. A backup is made from a frozen copy of the store, not from the live store:
+//! RocksDB makes the copy (its "checkpoint" API) atomically across every column family (table
+//! files hard-linked after a flush, the live WAL copied up to that point), so it holds whole
 //! `WriteBatch`es, and each group commit of the audit writer is one: rows with their subjects'
-//! ops, outbox entities, counters and sink positions. The checkpoint is then opened as a store
-//! of its own, its `m:audit_seq` is read (exactly what the backup holds, whatever the writer
-//! commits meanwhile), and the backup engine copies it, flushed. The node's writer is never
-//! paused. The checkpoint lives inside the store's directory, so that hard links work (same
-//! file system), and is removed afterwards; one left by a crash is removed by the next backup.
+//! ops, outbox entities, counters and sink positions. The frozen copy is then opened as a
+//! store of its own, its `m:audit_seq` is read (exactly what the backup holds, whatever the
+//! writer commits meanwhile), and the backup engine copies it, flushed. The node's writer is
+//! never paused. The frozen copy lives inside the store's directory, so that hard links work
+//! (same file system), and is removed afterwards; one left by a crash is removed by the next
+//! backup.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -25,8 +26,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{keys, keys::meta, owner_only, Cf, Store, StoreError};
 
-/// The checkpoint a backup is made from, inside the store's directory.
-const CHECKPOINT_DIR: &str = ".ankusa-backup-checkpoint";
+/// The frozen copy a backup is made from, inside the store's directory (a name on disk).
+const FROZEN_DIR: &str = ".ankusa-backup-checkpoint";
 /// The sidecar directory inside a backup directory.
 const SIDECAR_DIR: &str = "ankusa";
 /// The format version of a sidecar.
@@ -34,7 +35,7 @@ const SIDECAR_FORMAT: u32 = 1;
 
 /// One backup (or discard) at a time in this process: they share the checkpoint directory,
 /// and RocksDB's backup engine does not support two writers on one backup directory. An
-/// engine numbers a new backup from what the directory held when it was opened, so a backup
+/// engine numbers a new backup from what the directory had when it was opened, so a backup
 /// reopens its engine once it holds this lock.
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -226,17 +227,17 @@ impl BackupDir {
         let _serial = serial();
         // Another backup may have been made in this directory since the engine was opened.
         self.engine = engine(&self.path)?;
-        let scratch = store.path().join(CHECKPOINT_DIR);
+        let scratch = store.path().join(FROZEN_DIR);
         remove_dir_if_present(&scratch)?;
-        let made = self.back_up_checkpoint(store, &scratch, now_ms);
-        // The checkpoint is only hard links and a WAL copy: always remove it.
+        let made = self.back_up_frozen(store, &scratch, now_ms);
+        // The frozen copy is only hard links and a WAL copy: always remove it.
         if let Err(e) = remove_dir_if_present(&scratch) {
-            crate::telemetry::node::backup_checkpoint_left(&e);
+            crate::telemetry::node::backup_copy_left(&e);
         }
         made
     }
 
-    fn back_up_checkpoint(
+    fn back_up_frozen(
         &mut self,
         store: &Store,
         scratch: &Path,
@@ -244,7 +245,7 @@ impl BackupDir {
     ) -> Result<BackupInfo, BackupError> {
         Checkpoint::new(&store.db.db)
             .and_then(|c| c.create_checkpoint(scratch))
-            .map_err(|e| BackupError::rocks("taking a checkpoint of the store", e))?;
+            .map_err(|e| BackupError::rocks("making a frozen copy of the store", e))?;
         let snapshot = Store::open(scratch)?;
         let audit_seq = last_seq(&snapshot)?;
         let before = self.list().last().map_or(0, |b| b.id);

@@ -45,8 +45,9 @@ pub mod meta {
     pub const LIFECYCLE_CURSOR: &str = "lifecycle_cursor";
     /// The history of incarnations: JSON `[{"from": seq, "id": uuid}, ...]`.
     pub const INCARNATION: &str = "incarnation";
-    /// The prefix of one sink's position: `m:lifecycle_cursor:<sink>`.
-    pub const SINK_CURSOR_PREFIX: &str = "lifecycle_cursor:";
+    /// The prefix of one sink's position: `m:lifecycle_cursor:<sink>` (a stored name, kept as
+    /// it is so that existing stores read the same).
+    pub const SINK_POSITION_PREFIX: &str = "lifecycle_cursor:";
     /// Left by a restore: the next boot must open a new incarnation.
     pub const INCARNATION_PENDING: &str = "incarnation_pending";
     /// Rows and bytes of the trail, and the seq they are valid for (JSON).
@@ -79,8 +80,8 @@ pub mod meta {
     }
 
     /// The meta name of sink `sink`'s position (the last seq it confirmed).
-    pub fn sink_cursor(sink: &str) -> String {
-        format!("{SINK_CURSOR_PREFIX}{sink}")
+    pub fn sink_position(sink: &str) -> String {
+        format!("{SINK_POSITION_PREFIX}{sink}")
     }
 }
 

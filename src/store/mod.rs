@@ -6,15 +6,15 @@
 
 pub mod backup;
 pub mod blocking;
-mod cursor;
 pub mod keys;
 mod options;
 pub mod owner_only;
 pub mod restore;
+mod walk;
 
-pub use cursor::Cursor;
 pub use options::BLOCK_CACHE_BYTES;
 use options::{cf_descriptors, db_options};
+pub use walk::Walk;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -305,17 +305,17 @@ impl Store {
         Ok(iter.status()?)
     }
 
-    /// A cursor over the entries of `cf` whose keys start with `prefix`, for data read once
+    /// A walk over the entries of `cf` whose keys start with `prefix`, for data read once
     /// (the publisher's pages): the blocks it reads do not go into the block cache, so a long
     /// drain neither grows the process nor evicts what point lookups keep there. Several
-    /// cursors may walk the store side by side.
-    pub fn cursor(&self, cf: Cf, prefix: &[u8]) -> Cursor<'_> {
+    /// walks may go through the store side by side.
+    pub fn walk(&self, cf: Cf, prefix: &[u8]) -> Walk<'_> {
         let mut ro = ReadOptions::default();
         ro.fill_cache(false);
         if let Some(upper) = prefix_upper_bound(prefix) {
             ro.set_iterate_upper_bound(upper);
         }
-        Cursor {
+        Walk {
             iter: self.db.raw_iterator_cf_opt(self.cf(cf), ro),
             prefix: prefix.to_vec(),
             placed: false,

@@ -1,4 +1,4 @@
-//! The store's unit tests: meta codec, scans, cursors, quiesce.
+//! The store's unit tests: meta codec, scans, walks, quiesce.
 
 use super::*;
 
@@ -189,19 +189,19 @@ fn cursor_advances_to_the_first_entry_at_or_after_each_target_near_or_far() {
     b.put_cf(store.cf(Cf::Audit), b"b", b"x");
     store.write(b, true).unwrap();
     // Near targets (stepped to), a missing one (lands on the next), far ones (sought),
-    // one behind the cursor (stays), one past every entry of the prefix (ends the walk).
+    // one behind the walk (stays), one past every entry of the prefix (ends the walk).
     let targets = [0u32, 2, 4, 5, 10, 100, 101, 198, 500, 400, 1000, 1001, 1002];
-    let mut cursor = store.cursor(Cf::Audit, b"a");
+    let mut walk = store.walk(Cf::Audit, b"a");
     let mut seen = vec![];
     for target in targets {
-        cursor.advance_to(&key(target));
-        let found = cursor.entry().map(|(k, v)| {
+        walk.advance_to(&key(target));
+        let found = walk.entry().map(|(k, v)| {
             assert_eq!(&k[1..], v);
             u32::from_be_bytes(v.try_into().unwrap())
         });
         seen.push((target, found));
     }
-    cursor.finish().unwrap();
+    walk.finish().unwrap();
     let expected = [
         (0, Some(0)),
         (2, Some(2)),
@@ -218,13 +218,13 @@ fn cursor_advances_to_the_first_entry_at_or_after_each_target_near_or_far() {
         (1002, None),
     ];
     assert_eq!(seen, expected);
-    // A fresh cursor's first move is a seek; `next` walks on inside the prefix only.
-    let mut cursor = store.cursor(Cf::Audit, b"a");
-    cursor.seek(&key(196));
+    // A fresh walk's first move is a seek; `next` walks on inside the prefix only.
+    let mut walk = store.walk(Cf::Audit, b"a");
+    walk.seek(&key(196));
     let mut walked = vec![];
-    while let Some((_, v)) = cursor.entry() {
+    while let Some((_, v)) = walk.entry() {
         walked.push(u32::from_be_bytes(v.try_into().unwrap()));
-        cursor.next();
+        walk.next();
     }
     assert_eq!(walked, vec![196, 198, 1000]);
 }

@@ -1,32 +1,32 @@
-//! Forward cursors over one key prefix: step to a near key, seek a far one, so that
+//! Forward walks over one key prefix: step to a near key, seek a far one, so that
 //! several can walk side by side (the outbox reader's rows beside their entities).
 
 use crate::store::StoreError;
 
-/// A forward cursor over one key prefix of a column family (see [`Store::cursor`]). Keys
-/// and values are lent, not copied: they are valid until the cursor moves.
-pub struct Cursor<'a> {
+/// A forward walk over one key prefix of a column family (see [`Store::walk`]). Keys
+/// and values are lent, not copied: they are valid until the walk moves.
+pub struct Walk<'a> {
     pub(super) iter: rocksdb::DBRawIterator<'a>,
     pub(super) prefix: Vec<u8>,
-    /// Whether the cursor was ever placed (by a seek).
+    /// Whether the walk was ever placed (by a seek).
     pub(super) placed: bool,
 }
 
-impl Cursor<'_> {
-    /// How many entries [`advance_to`](Cursor::advance_to) steps over before a seek is
+impl Walk<'_> {
+    /// How many entries [`advance_to`](Walk::advance_to) steps over before a seek is
     /// cheaper.
     const MAX_STEPS: usize = 8;
 
-    /// Place the cursor on the first entry at or after `key`.
+    /// Place the walk on the first entry at or after `key`.
     pub fn seek(&mut self, key: &[u8]) {
         self.iter.seek(key);
         self.placed = true;
     }
 
     /// Move forward to the first entry at or after `key`. When it is a few entries ahead
-    /// (dense lookups in key order, the common case) the cursor steps to it, which costs a
-    /// fraction of a seek; farther away, or before the cursor was placed, it seeks. Never
-    /// moves back: a `key` behind the cursor leaves it where it is.
+    /// (dense lookups in key order, the common case) the walk steps to it, which costs a
+    /// fraction of a seek; farther away, or before the walk was placed, it seeks. Never
+    /// moves back: a `key` behind the walk leaves it where it is.
     pub fn advance_to(&mut self, key: &[u8]) {
         if !self.placed {
             return self.seek(key);
@@ -49,8 +49,8 @@ impl Cursor<'_> {
         self.iter.next();
     }
 
-    /// The entry under the cursor; `None` past the last entry of the prefix (or on an error,
-    /// which [`finish`](Cursor::finish) reports).
+    /// The entry under the walk; `None` past the last entry of the prefix (or on an error,
+    /// which [`finish`](Walk::finish) reports).
     pub fn entry(&self) -> Option<(&[u8], &[u8])> {
         match (self.iter.key(), self.iter.value()) {
             (Some(k), Some(v)) if k.starts_with(&self.prefix) => Some((k, v)),
@@ -58,7 +58,7 @@ impl Cursor<'_> {
         }
     }
 
-    /// The error that stopped the cursor, if one did.
+    /// The error that stopped the walk, if one did.
     pub fn finish(&self) -> Result<(), StoreError> {
         Ok(self.iter.status()?)
     }

@@ -17,7 +17,7 @@ pub enum ReadError {
     /// A tenant or id is not acceptable.
     #[error(transparent)]
     Invalid(#[from] SubjectError),
-    /// The store could not be read, or held a value that does not decode.
+    /// The store could not be read, or had a value that does not decode.
     #[error(transparent)]
     Store(#[from] StoreError),
 }

@@ -1,4 +1,4 @@
-//! The operators' plug-ins in `deploy/` held to the registry: every metric an alert, a
+//! The operators' plug-ins in `deploy/` checked against the registry: every metric an alert, a
 //! recording rule or a dashboard query names is one the node exports, as its exporter
 //! renders it (`_total` on counters, `_bucket`, `_sum` and `_count` on histograms), or a
 //! recording rule the rules file defines. A renamed metric fails here, not on a dashboard.

@@ -1,5 +1,5 @@
 //! The publisher's events (`ankusa_lifecycle_*`), per sink: deliveries, retries, dead
-//! letters (made, and held against `lifecycle.max_dead_letters`), errors by kind, delivery
+//! letters (made, and counted against `lifecycle.max_dead_letters`), errors by kind, delivery
 //! latency, commit-to-confirmation time, and each sink's persisted position, lag and state.
 //!
 //! The sink's name is the only label besides a low-cardinality error kind (the sinks'
@@ -108,12 +108,12 @@ pub fn batch_handled(sink: &str, delivered: u64, dead: u64) {
     m.dead_lettered.with_label_values(&[sink]).inc_by(dead);
 }
 
-/// The sink holds `held` dead letters now.
-pub fn dead_letters_held(sink: &str, held: u64) {
+/// The sink holds `count` dead letters now.
+pub fn dead_letters_counted(sink: &str, count: u64) {
     METRICS
         .dead_letters
         .with_label_values(&[sink])
-        .set(i64::try_from(held).unwrap_or(i64::MAX));
+        .set(i64::try_from(count).unwrap_or(i64::MAX));
 }
 
 /// The sink's lane failed with `kind` (a sink's outcome reason, or a publisher error kind);
@@ -163,7 +163,7 @@ pub(super) fn touch_every_metric() {
     delivery_attempted("file", Duration::from_millis(1));
     events_confirmed("file", &[1]);
     batch_handled("file", 1, 1);
-    dead_letters_held("file", 1);
+    dead_letters_counted("file", 1);
     sink_failed("file", "publisher", true);
     position_reported("file", 1, Duration::from_secs(1));
     state_reported("file", "running", &["running", "retrying"]);

@@ -40,9 +40,9 @@ pub fn purging_not_enabled(error: &dyn std::fmt::Display) {
     tracing::warn!(target: "ankusa::node", error = %error, "jemalloc background purging not enabled");
 }
 
-/// A backup's RocksDB checkpoint could not be removed after the copy.
-pub fn backup_checkpoint_left(error: &dyn std::fmt::Display) {
-    tracing::warn!(target: "ankusa::store", error = %error, "removing the backup checkpoint failed; the next backup removes it");
+/// The frozen copy a backup was made from could not be removed.
+pub fn backup_copy_left(error: &dyn std::fmt::Display) {
+    tracing::warn!(target: "ankusa::store", error = %error, "removing the backup's frozen copy failed; the next backup removes it");
 }
 
 /// A restore is in place, and something was left at `path`, as `what` says (`error`: why it

@@ -1,6 +1,6 @@
 //! The events of the remote subject stores (`ankusa_remote_*`: routes, and sources kept in
 //! Redis): the refresh after a restore, its progress (rows scanned, subjects checked,
-//! refresh rows written), the store failures it retries, and the changes held back meanwhile.
+//! refresh rows written), the store failures it retries, and the changes that wait meanwhile.
 //!
 //! Labels are the subject kind (`route`, `source`); a log line names a kind, a count or a
 //! resource, never a state or an entity.
@@ -104,7 +104,7 @@ pub(crate) fn store_renamed(kind: &str, known: &str, found: &str) {
     tracing::warn!(target: "ankusa::audit", kind, known, found, "the shared store is not the one this node knew: events name it by its own id from now on");
 }
 
-/// A restored store's remote subjects are to be refreshed; changes of `kinds` are held.
+/// A restored store's remote subjects are to be refreshed; changes of `kinds` wait.
 pub(crate) fn refresh_started(restored_from: u64, kinds: &[&str]) {
     tracing::info!(target: "ankusa::audit", incarnation_from = restored_from, kinds = ?kinds, "restored store: refreshing the subjects kept outside it; their changes wait until done");
 }

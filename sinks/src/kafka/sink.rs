@@ -4,14 +4,14 @@
 //! resends from the first event that failed and this sink never lets a later record of a key
 //! go out before an earlier one that failed:
 //! - a record that could not even be enqueued holds back the rest of its key in the attempt,
-//!   and the attempt is not open (nothing is submitted after it until it is settled);
+//!   and the attempt is not open (nothing is submitted after it until it is resolved);
 //! - a record whose delivery failed (a timeout while its partition had no leader, say) purges
 //!   what is still queued in the producer, as soon as it is reported, so the records enqueued
 //!   after it, by this attempt or later ones in flight, fail too instead of going out ahead of
 //!   its resend;
 //! - after such a failure, or a fatal producer error (an idempotent producer that lost its
 //!   sequence state cannot continue), nothing new is enqueued until every attempt under way
-//!   has been settled by the caller, who then resends from its first failed event: until
+//!   has been resolved by the caller, who then resends from its first failed event: until
 //!   then attempts fail at once. Only then is a fatal producer replaced by a fresh one, whose
 //!   records could otherwise overtake those of the broken one.
 //!
@@ -64,7 +64,7 @@ pub struct KafkaSink {
     tombstones: bool,
     /// How many times a fatal error replaced the producer (for metrics and tests).
     recreations: AtomicU64,
-    /// Attempts handed out whose outcomes are not yet settled (or dropped).
+    /// Attempts handed out whose outcomes are not yet resolved (or dropped).
     attempts: Arc<AtomicUsize>,
     /// Whether a delivery of an attempt handed out since nothing was last under way failed.
     failed: Arc<AtomicBool>,
@@ -246,7 +246,7 @@ impl Sink for KafkaSink {
     async fn submit(&self, events: &[Delivery]) -> Submitted {
         let mut producer = self.producer();
         if self.attempts.load(Ordering::SeqCst) > 0 {
-            // After a failure, nothing new until what is under way is settled (module doc).
+            // After a failure, nothing new until what is under way is resolved (module doc).
             let refused = if producer.client().fatal_error().is_some() {
                 Some("producer_fatal")
             } else if self.failed.load(Ordering::SeqCst) {

@@ -85,7 +85,7 @@ mod tests {
         let next = AtomicU32::new(start);
         let picked = pick(&next, ephemeral_low() - LOW).unwrap();
         assert_ne!(picked, taken);
-        // It tried the held port first, then went on.
+        // It tried the taken port first, then went on.
         assert!(next.load(Ordering::Relaxed) >= start + 2);
     }
 }

@@ -96,7 +96,7 @@ pub struct TrailStats {
     pub refused: u64,
     /// Rows pruned since start.
     pub pruned: Pruned,
-    /// Expired rows the cursor held back, as of the last sweep.
+    /// Expired rows the cursor kept, as of the last sweep.
     pub blocked_by_cursor: u64,
     /// When the last sweep finished (unix ms, the trail's clock).
     pub last_sweep_at: Option<u64>,

@@ -260,11 +260,11 @@ fn delete_entities(store: &Store, batch: &mut WriteBatch, entities: &[u64]) {
 pub struct SweepBatch {
     /// Rows deleted (each with its entity, if it had one).
     pub pruned: u64,
-    /// Bytes those rows and entities held.
+    /// Bytes those rows and entities took.
     pub bytes: u64,
     /// The batch stopped at its size: more expired rows may be deletable.
     pub more: bool,
-    /// The lifecycle cursor the batch stopped below (`None`: no sinks, nothing held back).
+    /// The lifecycle cursor the batch stopped below (`None`: no sinks, nothing kept back).
     pub cursor: Option<u64>,
 }
 

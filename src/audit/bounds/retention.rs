@@ -8,7 +8,7 @@
 //! it rests as long ([`Pace`]): flat out, it would leave those commits a fraction of the node.
 //! While lifecycle sinks are configured the writer never deletes a row at or above the
 //! cursor, however old: a sink that is down longer than the retention keeps the events it has
-//! not seen. After every sweep the expired rows so held back are counted
+//! not seen. After every sweep the expired rows so blocked back are counted
 //! (`blocked_by_cursor`), off the writer thread, and reported with the pruned count. A sweep
 //! that deleted rows then compacts the range it emptied, so that its tombstones are dropped
 //! rather than walked by every later scan from the head of the trail (boot's checks, a
@@ -26,7 +26,7 @@
 //! between sweeps, which a wall clock leaping ahead of it does not move. The writer keeps the
 //! same guard at every group and stores how far ahead the wall clock is (`m:clock_ahead`,
 //! [`ClockGuard`](crate::audit::clock::ClockGuard)), so a restart does not undo a leap the
-//! node saw. A jump made while the node was stopped is held by the newest row alone.
+//! node saw. A jump made while the node was stopped is blocked by the newest row alone.
 
 use std::time::{Duration, Instant};
 
@@ -53,7 +53,7 @@ pub struct SweepReport {
     pub cutoff: u64,
     /// Rows deleted, each with its entity.
     pub pruned: u64,
-    /// Bytes those rows and entities held.
+    /// Bytes those rows and entities blocked.
     pub bytes: u64,
     /// Writer batches it took.
     pub batches: u64,
@@ -110,7 +110,7 @@ impl Pace {
 }
 
 /// Sweep now: delete expired rows in batches of `sweep_batch` until none the cursor allows
-/// is left (or `shutdown` is cancelled), then count what the cursor held back and report.
+/// is left (or `shutdown` is cancelled), then count what the cursor blocked back and report.
 pub async fn sweep(
     trail: &Trail,
     shutdown: Option<&CancellationToken>,
@@ -167,10 +167,11 @@ pub async fn sweep_until(
     }
     if let Some(cursor) = report.cursor {
         let store = trail.store().clone();
-        report.blocked_by_cursor = blocking::try_run("counting held rows", move || {
-            count_blocked(&store, cursor, cutoff)
-        })
-        .await?;
+        report.blocked_by_cursor =
+            blocking::try_run("counting the rows the cursor keeps", move || {
+                count_blocked(&store, cursor, cutoff)
+            })
+            .await?;
     }
     report.elapsed = started.elapsed();
     let now = trail.clock().now_ms();
@@ -284,21 +285,21 @@ async fn compact_swept(trail: &Trail) -> Result<Duration, StoreError> {
 /// Rows at or above `cursor` committed before `cutoff`: expired, but not yet seen by every
 /// sink. Row times never decrease with seq, so the count stops at the first fresh row.
 fn count_blocked(store: &Store, cursor: u64, cutoff: u64) -> Result<u64, StoreError> {
-    let mut held = 0;
+    let mut blocked = 0;
     store.scan(
         Cf::Audit,
         &[keys::ROW],
         &keys::row_seek(cursor),
         |k, _| match keys::decode_row_key(k) {
             Some((_, at)) if at < cutoff => {
-                held += 1;
+                blocked += 1;
                 true
             }
             Some(_) => false,
             None => true,
         },
     )?;
-    Ok(held)
+    Ok(blocked)
 }
 
 #[cfg(test)]

@@ -221,7 +221,7 @@ impl Walk {
             .meta(meta::AUDIT_USAGE)?
             .and_then(|u| Usage::decode(&u))
             .map_or(0, |u| u.from);
-        let mut rows = store.cursor(Cf::Audit, &[keys::ROW]);
+        let mut rows = store.walk(Cf::Audit, &[keys::ROW]);
         rows.seek(&keys::row_seek(self.origin));
         let first = rows
             .entry()
@@ -249,7 +249,7 @@ impl Walk {
         // Nothing before the retained rows can be checked: a mismatch is named from them on.
         self.vouched = start - self.origin;
         let total = (last_seq + 1).saturating_sub(start);
-        let mut nodes = store.cursor(Cf::Audit, &[keys::TREE]);
+        let mut nodes = store.walk(Cf::Audit, &[keys::TREE]);
         nodes.seek(&keys::tree_key(tlog_tiles::stored_hash_index(
             0,
             frontier.size(),
@@ -325,7 +325,7 @@ impl Walk {
             Err(found) => return Ok(Err(found)),
         };
         nodes.finish()?;
-        tiles.cursor.finish()?;
+        tiles.walk.finish()?;
         let next = frontier.next_seq();
         if next <= last_seq {
             return Ok(Err((
@@ -333,7 +333,7 @@ impl Walk {
                 format!("rows from seq {next} to {last_seq} (m:audit_seq) are missing"),
             )));
         }
-        if nodes.entry().is_some() || tiles.cursor.entry().is_some() {
+        if nodes.entry().is_some() || tiles.walk.entry().is_some() {
             return Ok(Err((
                 next,
                 format!("the tree holds rows from seq {next} on that the trail does not"),

@@ -180,7 +180,7 @@ fn sink_positions(
 ) -> Result<BTreeMap<String, u64>, StoreError> {
     let mut positions = BTreeMap::new();
     for sink in sinks {
-        positions.insert(sink.clone(), store.meta_u64(&meta::sink_cursor(sink))?);
+        positions.insert(sink.clone(), store.meta_u64(&meta::sink_position(sink))?);
     }
     // m:lifecycle_cursor is the minimum over the sinks configured now: a sink added (at 0)
     // or removed since the last advance moves it, and with none configured there is none.

@@ -227,7 +227,7 @@ impl Writer {
         }
         g.batch.put_cf(
             self.store.cf(Cf::Audit),
-            keys::meta_key(&meta::sink_cursor(&advance.sink)),
+            keys::meta_key(&meta::sink_position(&advance.sink)),
             advance.to.to_be_bytes(),
         );
         g.positions.insert(advance.sink.clone(), advance.to);

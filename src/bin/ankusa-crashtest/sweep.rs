@@ -75,7 +75,7 @@ async fn run(dir: PathBuf, round: u64) {
     let last = *trail.committed().borrow();
     let position = trail
         .store()
-        .meta_u64(&meta::sink_cursor(SINK))
+        .meta_u64(&meta::sink_position(SINK))
         .expect("position");
     trail
         .advance(SINK, position.max(last.saturating_sub(UNSEEN)), vec![])

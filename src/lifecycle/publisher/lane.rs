@@ -11,7 +11,7 @@
 //! The shutdown token is looked at whenever the lane picks its next state from the window
 //! ([`Lane::next_state`]), and waits (idle, backoff, disabled) end on it.
 //!
-//! The lane dead-letters at most `max_dead_letters` for its sink ([`Held`] counts them, with
+//! The lane dead-letters at most `max_dead_letters` for its sink ([`LetterCount`] counts them, with
 //! the operators' removals): an event refused for good beyond that is a failure, retried
 //! with the sink's backoff (`dead_letters_full`), so the position never passes it without
 //! its dead letter.
@@ -31,7 +31,7 @@ use super::persister::Persister;
 use super::reader::{Outbox, Page, Reader};
 use super::{PublisherOptions, SinkSpec};
 use crate::audit::Trail;
-use crate::lifecycle::dead_letters::Held;
+use crate::lifecycle::dead_letters::LetterCount;
 use crate::lifecycle::status::{self, SharedStatus, SinkState};
 
 /// Where a lane is: what its next step does.
@@ -61,7 +61,7 @@ pub(super) struct Shared {
     /// How many times an operator enabled the sink again.
     pub(super) enables: watch::Receiver<u64>,
     /// How many dead letters the sink holds; operators' removals count theirs out.
-    pub(super) held: Held,
+    pub(super) counted: LetterCount,
 }
 
 /// One sink's lane, and all of its state.
@@ -79,7 +79,7 @@ pub(super) struct Lane {
     /// How many times an operator enabled the sink again (see [`super::Publisher::enable`]).
     enables: watch::Receiver<u64>,
     /// How many dead letters the sink holds, against `options.max_dead_letters`.
-    held: Held,
+    counted: LetterCount,
     /// The trail's committed seq: a change wakes an idle lane.
     committed: watch::Receiver<u64>,
     /// Writes the positions, in order, in a task of its own.
@@ -114,7 +114,7 @@ impl Lane {
         let Shared {
             status,
             enables,
-            held,
+            counted,
         } = shared;
         Lane {
             committed: trail.committed(),
@@ -125,7 +125,7 @@ impl Lane {
             status,
             shutdown,
             enables,
-            held,
+            counted,
             readers: TaskTracker::new(),
             position,
             window: VecDeque::new(),

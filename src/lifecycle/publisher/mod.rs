@@ -10,7 +10,7 @@
 //! redelivers (with the same id). Commits wake the lanes through the trail's committed-seq
 //! watch (a hint); a timer is the fallback. A sink holds at most `max_dead_letters` dead
 //! letters: at the ceiling its lane stops before the next event it would dead-letter,
-//! retrying, until an operator removes some (`dead_letters::Held` counts them for both).
+//! retrying, until an operator removes some (`dead_letters::LetterCount` counts them for both).
 //!
 //! This file is the handle: it starts the lanes, enables a sink its destination disabled,
 //! and shows their statuses and dead-letter counts.
@@ -29,7 +29,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use self::lane::{Lane, Shared};
-use super::dead_letters::{self, Held};
+use super::dead_letters::{self, LetterCount};
 use super::status::{self, SharedStatus, SinkState, SinkStatus};
 use crate::audit::{Change, CommitError, Context, Trail};
 use crate::store::{keys::meta, StoreError};
@@ -65,7 +65,7 @@ pub struct Publisher {
     sinks: Vec<(String, Arc<dyn Sink>)>,
     statuses: Vec<SharedStatus>,
     /// Per sink, how many dead letters it holds (its lane adds, operators' removals take away).
-    held: Vec<Held>,
+    counted: Vec<LetterCount>,
     /// Per sink, how many times an operator enabled it again (its lane waits for a newer
     /// count while disabled).
     enables: Vec<watch::Sender<u64>>,
@@ -100,7 +100,7 @@ impl Publisher {
         options: PublisherOptions,
         shutdown: CancellationToken,
     ) -> Result<Publisher, StoreError> {
-        let (mut statuses, mut held, mut enables) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut statuses, mut counted, mut enables) = (Vec::new(), Vec::new(), Vec::new());
         let mut tasks = Vec::new();
         let names = sinks
             .iter()
@@ -115,7 +115,7 @@ impl Publisher {
             let shared = Shared {
                 status: status.clone(),
                 enables: enabled,
-                held: letters.clone(),
+                counted: letters.clone(),
             };
             // The lane is made in its task, where it starts its persister and its reads.
             tasks.push(tokio::spawn(async move {
@@ -124,13 +124,13 @@ impl Publisher {
                     .await
             }));
             statuses.push(status);
-            held.push(letters);
+            counted.push(letters);
             enables.push(enable);
         }
         Ok(Publisher {
             sinks: names,
             statuses,
-            held,
+            counted,
             enables,
             enabling: tokio::sync::Mutex::new(()),
             tasks: std::sync::Mutex::new(tasks),
@@ -188,9 +188,9 @@ impl Publisher {
 
     /// How many dead letters sink `name` holds, kept with its lane: what removing its dead
     /// letters (`dead_letters::drop_letter`, `redrive`) counts out.
-    pub fn held(&self, name: &str) -> Option<Held> {
+    pub fn letter_count(&self, name: &str) -> Option<LetterCount> {
         let index = self.sinks.iter().position(|(n, _)| n == name)?;
-        Some(self.held[index].clone())
+        Some(self.counted[index].clone())
     }
 
     /// The sink named `name`, for operations beside its lane (redriving dead letters).
@@ -215,16 +215,19 @@ impl Publisher {
 
 /// Every sink's persisted position and the dead letters it holds, read off the runtime
 /// before any lane starts: a read that fails leaves none running.
-async fn read_starts(trail: &Trail, sinks: &[SinkSpec]) -> Result<Vec<(u64, Held)>, StoreError> {
+async fn read_starts(
+    trail: &Trail,
+    sinks: &[SinkSpec],
+) -> Result<Vec<(u64, LetterCount)>, StoreError> {
     let store = trail.store().clone();
     let names: Vec<String> = sinks.iter().map(|s| s.name.clone()).collect();
     crate::store::blocking::try_run("the sinks' positions", move || {
         names
             .iter()
             .map(|name| {
-                let position = store.meta_u64(&meta::sink_cursor(name))?;
-                let held = Held::new(name, dead_letters::count(&store, name)?);
-                Ok((position, held))
+                let position = store.meta_u64(&meta::sink_position(name))?;
+                let counted = LetterCount::new(name, dead_letters::count(&store, name)?);
+                Ok((position, counted))
             })
             .collect::<Result<Vec<_>, StoreError>>()
     })

@@ -155,7 +155,7 @@ mod tests {
             persister.write(to, if to % 5 == 0 { vec![letter] } else { vec![] });
         }
         persister.finish().await;
-        assert_eq!(store.meta_u64(&meta::sink_cursor("s")).unwrap(), 50);
+        assert_eq!(store.meta_u64(&meta::sink_position("s")).unwrap(), 50);
         assert_eq!(dead_letters::count(&store, "s").unwrap(), 10);
         assert_eq!(status::snapshot(&status).position, 50);
         trail.shutdown().await;
@@ -181,7 +181,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         persister.finish().await;
-        assert_eq!(store.meta_u64(&meta::sink_cursor("s")).unwrap(), 20);
+        assert_eq!(store.meta_u64(&meta::sink_position("s")).unwrap(), 20);
         assert_eq!(dead_letters::count(&store, "s").unwrap(), 1);
         drop(scenario);
         trail.shutdown().await;

@@ -1,4 +1,4 @@
-//! The drift check: every subject in a shared store held to what the fleet wrote, so that a
+//! The drift check: every subject in a shared store checked against what the fleet wrote, so that a
 //! change made around Ankusa (a hand edit with `redis-cli`, a key made by hand, a copy from
 //! another store) is in the trail and reaches the replicas.
 //!
@@ -136,9 +136,9 @@ impl<T: RemoteSubject> Verifiable for Remote<T> {
             kind: T::KIND,
             ..Report::default()
         };
-        let mut cursor = 0;
+        let mut next = 0;
         loop {
-            let page = self.store.drift_page(cursor, PAGE).await?;
+            let page = self.store.drift_page(next, PAGE).await?;
             report.scanned += page.scanned;
             for drifted in page.drifted {
                 report.drifted += 1;
@@ -146,8 +146,8 @@ impl<T: RemoteSubject> Verifiable for Remote<T> {
                     report.published += 1;
                 }
             }
-            cursor = page.next;
-            if cursor == 0 {
+            next = page.next;
+            if next == 0 {
                 break;
             }
         }

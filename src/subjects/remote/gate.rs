@@ -6,7 +6,7 @@
 //! the older state the refresh row carries. So the refresh closes the gate before the node
 //! serves and opens it when the kind is done; a change waits for it a bounded time, then is
 //! refused as `StoreUnavailable` (nothing written), as when the store itself does not answer.
-//! Reads are never held: the store is the truth.
+//! Reads never wait: the store is the truth.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,8 +26,8 @@ impl Default for Gate {
 
 /// A change that waited for a closed gate as long as it may.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("changes are held while the subjects are refreshed after a restore")]
-pub struct Held;
+#[error("changes wait while the subjects are refreshed after a restore")]
+pub struct Closed;
 
 impl Gate {
     /// Close it: changes wait up to `wait` for it to open.
@@ -46,7 +46,7 @@ impl Gate {
     }
 
     /// Wait until it is open, or for as long as it was closed for.
-    pub async fn pass(&self) -> Result<(), Held> {
+    pub async fn pass(&self) -> Result<(), Closed> {
         let mut rx = self.0.subscribe();
         let Some(wait) = *rx.borrow_and_update() else {
             return Ok(());
@@ -58,7 +58,7 @@ impl Gate {
         if opened {
             Ok(())
         } else {
-            Err(Held)
+            Err(Closed)
         }
     }
 }
@@ -73,7 +73,7 @@ mod tests {
         gate.pass().await.unwrap();
         gate.close(Duration::from_millis(50));
         assert!(!gate.is_open());
-        assert_eq!(gate.pass().await, Err(Held));
+        assert_eq!(gate.pass().await, Err(Closed));
         gate.close(Duration::from_secs(10));
         let waiting = tokio::spawn({
             let gate = gate.clone();

@@ -206,11 +206,11 @@ pub trait RemoteStore<T: RemoteSubject>: Send + Sync + std::fmt::Debug {
         self.delete(tenant, id, expected).await
     }
 
-    /// One page of the drift check's scan of every subject (see `drift.rs`), from `cursor`
+    /// One page of the drift check's scan of every subject (see `drift.rs`), from `from`
     /// (0: the start), about `count` subjects. A store in this process is only ever written
     /// by the node: nothing drifts.
-    async fn drift_page(&self, cursor: u64, count: usize) -> Result<DriftPage<T>, StoreError> {
-        let _ = (cursor, count);
+    async fn drift_page(&self, from: u64, count: usize) -> Result<DriftPage<T>, StoreError> {
+        let _ = (from, count);
         Ok(DriftPage::default())
     }
 
@@ -334,7 +334,7 @@ impl<T: RemoteSubject> Clone for Remote<T> {
 }
 
 impl<T: RemoteSubject> Remote<T> {
-    /// Subjects kept in `store`, their changes recorded in `trail`; changes are not held.
+    /// Subjects kept in `store`, their changes recorded in `trail`; changes never wait for a gate.
     pub fn new(store: Arc<dyn RemoteStore<T>>, trail: Trail) -> Remote<T> {
         Remote {
             store,

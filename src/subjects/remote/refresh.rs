@@ -170,8 +170,8 @@ impl<T: RemoteSubject> Remote<T> {
     async fn offer(&self, refreshes: Vec<Refresh>, counts: &mut Counts) -> Result<(), StoreError> {
         counts.checked += refreshes.len() as u64;
         let written = join_all(refreshes.into_iter().map(|r| self.trail.refresh(r))).await;
-        for settled in written {
-            if settled?.is_some() {
+        for row in written {
+            if row?.is_some() {
                 counts.refreshed += 1;
                 // A crash between refresh rows (tests arm it to stop the task here).
                 fail::fail_point!("remote::refresh::after_row");

@@ -20,7 +20,7 @@ use crate::telemetry::dual::{timed, Stage};
 
 impl<T: RemoteSubject> Remote<T> {
     /// Subject `id` of `tenant` as an update or delete finds it (names already checked):
-    /// `NotFound` if it is not there, and `if_match` held to its revision.
+    /// `NotFound` if it is not there, and `if_match` checked against its revision.
     pub(crate) async fn current(
         &self,
         tenant: &str,

@@ -9,13 +9,13 @@ use crate::audit::{SystemClock, TrailOptions};
 use crate::store::Store;
 
 /// A kind whose items wait for `go`, then fail or write `items`.
-struct Held {
+struct Paused {
     go: Notify,
     fail: bool,
 }
 
 #[async_trait::async_trait]
-impl SnapshotKind for Held {
+impl SnapshotKind for Paused {
     fn kind(&self) -> &'static str {
         "route"
     }
@@ -35,7 +35,7 @@ impl SnapshotKind for Held {
     }
 }
 
-fn snapshots(dir: &std::path::Path, kind: Arc<Held>) -> (Trail, Snapshots) {
+fn snapshots(dir: &std::path::Path, kind: Arc<Paused>) -> (Trail, Snapshots) {
     let store = Store::open(dir).unwrap();
     let trail = Trail::start(store, TrailOptions::default(), Arc::new(SystemClock)).unwrap();
     let kinds: Vec<Arc<dyn SnapshotKind>> = vec![kind];
@@ -56,7 +56,7 @@ async fn wait_ended(s: &Snapshots) -> Progress {
 #[tokio::test]
 async fn one_runs_at_a_time_and_shows_its_progress() {
     let dir = tempfile::tempdir().unwrap();
-    let kind = Arc::new(Held {
+    let kind = Arc::new(Paused {
         go: Notify::new(),
         fail: false,
     });
@@ -114,7 +114,7 @@ async fn one_runs_at_a_time_and_shows_its_progress() {
 #[tokio::test]
 async fn a_failed_snapshot_writes_no_finish_marker() {
     let dir = tempfile::tempdir().unwrap();
-    let kind = Arc::new(Held {
+    let kind = Arc::new(Paused {
         go: Notify::new(),
         fail: true,
     });

@@ -284,7 +284,7 @@ async fn openapi_document_and_served_routes_agree() {
     );
     assert_eq!(file["openapi"], "3.1.0");
 
-    let table: BTreeSet<(String, String)> = ankusa::api::router::admin_routes()
+    let table: BTreeSet<(String, String)> = ankusa::api::router::admin_endpoints()
         .into_iter()
         .map(|(m, p)| (m.to_string(), p.to_owned()))
         .collect();

@@ -21,7 +21,7 @@ async fn letters(node: &TestNode) -> Vec<u64> {
 }
 
 /// The value of the dead-letter gauge of sink `hook`, as `/metrics` shows it.
-async fn held_gauge(node: &TestNode) -> Option<String> {
+async fn letters_gauge(node: &TestNode) -> Option<String> {
     let metrics = reqwest::get(node.url("/metrics"))
         .await
         .unwrap()
@@ -59,7 +59,7 @@ async fn a_sink_stops_at_its_dead_letter_ceiling_until_an_operator_drops_some() 
     assert_eq!(s["sinks"][0]["dead_lettered"], 3);
     assert_eq!(s["cursor"], 3);
     assert_eq!(letters(&node).await, vec![1, 2, 3]);
-    assert_eq!(held_gauge(&node).await.as_deref(), Some("3"));
+    assert_eq!(letters_gauge(&node).await.as_deref(), Some("3"));
     // Still there a while later: retried, never passed over.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let s = node
@@ -85,7 +85,7 @@ async fn a_sink_stops_at_its_dead_letter_ceiling_until_an_operator_drops_some() 
     assert_eq!(s["sinks"][0]["state"], "running");
     assert_eq!(s["sinks"][0]["dead_lettered"], 5);
     assert_eq!(letters(&node).await, vec![3, 4, 5]);
-    assert_eq!(held_gauge(&node).await.as_deref(), Some("3"));
+    assert_eq!(letters_gauge(&node).await.as_deref(), Some("3"));
     // The drops' rows are the operator's; no sink.disable row: the sink was never disabled.
     let actions: Vec<Value> = node
         .rows()

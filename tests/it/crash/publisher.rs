@@ -27,7 +27,7 @@ fn run(store: &Path, events: &Path, failpoints: Option<&str>) -> Output {
 
 fn position(store: &Path) -> u64 {
     let s = Store::open(store).unwrap();
-    s.meta_u64(&meta::sink_cursor("file")).unwrap()
+    s.meta_u64(&meta::sink_position("file")).unwrap()
 }
 
 /// Every line of the events file, and the events by sequence (checking that repeats are

@@ -25,7 +25,7 @@ async fn an_enable_whose_client_went_away_still_enables_the_sink() {
     receiver.answer(200);
     // The next group is held in the syncer until the client has given up.
     fail::cfg("audit::inline", "return").unwrap();
-    let held = crate::support::held::HeldAt::new("audit::sync_delay");
+    let held = crate::support::paused::PausedAt::new("audit::sync_delay");
     let gone = node
         .req(
             Method::POST,

@@ -98,8 +98,8 @@ async fn a_stop_waits_for_a_backup_under_way() {
 /// backup was taken (before its row) until the hold is released.
 async fn backup_left_by_its_client(
     node: &crate::support::node::TestNode,
-) -> crate::support::held::HeldAt {
-    let mut held = crate::support::held::HeldAt::new("api::backup_taken");
+) -> crate::support::paused::PausedAt {
+    let mut held = crate::support::paused::PausedAt::new("api::backup_taken");
     let gone = node
         .req(
             Method::POST,

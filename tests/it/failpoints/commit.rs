@@ -4,7 +4,7 @@
 
 use std::future::Future;
 
-use crate::support::held::HeldAt;
+use crate::support::paused::PausedAt;
 use crate::support::trail::*;
 use ankusa::audit::{CommitError, Trail};
 use ankusa::store::{keys::meta, Cf};
@@ -62,9 +62,9 @@ where
 /// The syncer, held on the next group handed to it until released; every group is handed
 /// over (none written on the writer thread), so the test can have the next group prepared
 /// while the first waits.
-fn hold_the_syncer() -> HeldAt {
+fn hold_the_syncer() -> PausedAt {
     fail::cfg("audit::inline", "return").unwrap();
-    HeldAt::new("audit::sync_delay")
+    PausedAt::new("audit::sync_delay")
 }
 
 /// Update `id`'s secret to `secret` in a task; resolves (with the task) once the change is

@@ -29,7 +29,11 @@ async fn a_redrive_cut_short_by_the_store_reports_what_it_did() {
     })
     .await;
     eventually("the position", Duration::from_secs(60), async || {
-        trail.store().meta_u64(&meta::sink_cursor("hook")).unwrap() == 2
+        trail
+            .store()
+            .meta_u64(&meta::sink_position("hook"))
+            .unwrap()
+            == 2
     })
     .await;
     receiver.answer(200);
@@ -40,7 +44,7 @@ async fn a_redrive_cut_short_by_the_store_reports_what_it_did() {
     let report = dead_letters::redrive(
         &trail,
         ctx("ops"),
-        &p.held("hook").unwrap(),
+        &p.letter_count("hook").unwrap(),
         &*p.sink("hook").unwrap(),
     )
     .await

@@ -8,8 +8,8 @@ use reqwest::{Method, StatusCode};
 use serde_json::json;
 
 use crate::restore::backup_cli::listed;
-use crate::support::held::HeldAt;
 use crate::support::node::*;
+use crate::support::paused::PausedAt;
 
 const BACKUPS: &str = "/admin/v1/backups";
 
@@ -71,7 +71,7 @@ async fn a_backup_past_the_request_timeout_still_gets_its_row() {
     let scenario = fail::FailScenario::setup();
     let (node, _backups, backup_dir) =
         node_with_backups(|c| c["api"]["request_timeout"] = json!("1s")).await;
-    let mut held = HeldAt::new("api::backup_taken");
+    let mut held = PausedAt::new("api::backup_taken");
     let r = node
         .send(
             node.req(Method::POST, BACKUPS, Some(WRITER))
@@ -100,7 +100,7 @@ async fn a_backup_past_the_request_timeout_still_gets_its_row() {
 async fn a_second_backup_while_one_runs_is_refused() {
     let scenario = fail::FailScenario::setup();
     let (node, _backups, backup_dir) = node_with_backups(|_| {}).await;
-    let mut held = HeldAt::new("api::backup_taken");
+    let mut held = PausedAt::new("api::backup_taken");
     let first = node.req(Method::POST, BACKUPS, Some(WRITER)).send();
     let first = tokio::spawn(first);
     held.reached().await;

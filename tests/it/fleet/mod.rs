@@ -120,7 +120,7 @@ pub(crate) fn verify(replica: &Path, node: &NodeProc, shared: &str) -> (bool, St
 }
 
 /// What `replica` holds of `store`: the keys of the subjects that exist, sorted.
-pub(crate) fn held(replica: &Path, store: &str) -> Vec<String> {
+pub(crate) fn kept(replica: &Path, store: &str) -> Vec<String> {
     let file: serde_json::Value =
         serde_json::from_slice(&std::fs::read(replica).expect("the replica file")).unwrap();
     let subjects = file["replica"]["subjects"][store].as_object().cloned();
@@ -292,13 +292,13 @@ async fn schedule(seed: u64) {
     converged("the webhook replica", &webhook_out, [&a, &b], &shared_store).await;
     for replica in [&kafka_out, &webhook_out] {
         assert_eq!(
-            held(replica, &shared_store),
+            kept(replica, &shared_store),
             routes,
             "{}",
             replica.display()
         );
-        assert_eq!(held(replica, &a.uri), a_sources, "{}", replica.display());
-        assert_eq!(held(replica, &b.uri), b_sources, "{}", replica.display());
+        assert_eq!(kept(replica, &a.uri), a_sources, "{}", replica.display());
+        assert_eq!(kept(replica, &b.uri), b_sources, "{}", replica.display());
     }
 
     // A consumer that starts now, at the end of the topic, learns the state from snapshots.
@@ -329,12 +329,12 @@ async fn schedule(seed: u64) {
     let late_out = dir.path().join("g2.json");
     converged("the late replica", &late_out, [&a, &b], &shared_store).await;
     assert_eq!(
-        held(&late_out, &shared_store),
+        kept(&late_out, &shared_store),
         routes,
         "every route, from snapshots"
     );
-    assert_eq!(held(&late_out, &a.uri), a_sources);
-    assert_eq!(held(&late_out, &b.uri), b_sources);
+    assert_eq!(kept(&late_out, &a.uri), a_sources);
+    assert_eq!(kept(&late_out, &b.uri), b_sources);
     // Every event the fleet published matches the schema its `dataschema` names, and the
     // schedule made every type of a change, a restore and a snapshot (checkpoints come on
     // the trail's own schedule).

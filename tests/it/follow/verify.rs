@@ -111,7 +111,7 @@ async fn verify_exits_0_when_equal_and_1_with_each_difference() {
     );
     assert_eq!(
         stdout,
-        format!("the replica equals {url}: 3 subjects held\n")
+        format!("the replica equals {url}: 3 subjects kept\n")
     );
 
     // The node has r3 again (its delete is all the replica knows), and r1 changed.

@@ -153,7 +153,10 @@ async fn ten_thousand_changes_reach_the_file_sink_in_seq_order_with_stable_ids()
     );
     publisher.stop().await;
     assert_eq!(
-        trail.store().meta_u64(&meta::sink_cursor("file")).unwrap(),
+        trail
+            .store()
+            .meta_u64(&meta::sink_position("file"))
+            .unwrap(),
         last
     );
     assert_eq!(
@@ -342,7 +345,10 @@ async fn a_sink_that_is_down_holds_the_cursor_but_not_the_other_sink() {
         "the cursor waits for the slow sink"
     );
     assert_eq!(
-        trail.store().meta_u64(&meta::sink_cursor("file")).unwrap(),
+        trail
+            .store()
+            .meta_u64(&meta::sink_position("file"))
+            .unwrap(),
         40
     );
     // It comes back: it catches up in order, and the cursor follows.
@@ -432,7 +438,7 @@ async fn an_event_refused_for_good_is_dead_lettered_and_the_sink_moves_on() {
     let report = dead_letters::redrive(
         &trail,
         ctx("ops"),
-        &p.held("hook").unwrap(),
+        &p.letter_count("hook").unwrap(),
         &*p.sink("hook").unwrap(),
     )
     .await
@@ -462,7 +468,7 @@ async fn an_event_refused_for_good_is_dead_lettered_and_the_sink_moves_on() {
         ),
         ("dead_letter.redrive", "sinks/hook/dead-letters/1", "ops")
     );
-    let err = dead_letters::drop_letter(&trail, ctx("ops"), &p.held("hook").unwrap(), 1)
+    let err = dead_letters::drop_letter(&trail, ctx("ops"), &p.letter_count("hook").unwrap(), 1)
         .await
         .unwrap_err();
     assert_eq!(err, CommitError::Refused(dead_letters::NoSuchLetter));

@@ -119,7 +119,7 @@ pub fn new_route(id: &str, destination: &str) -> NewRoute {
 /// which another change lands between a read and what the reader does with it. Its next
 /// write can be held the same way, before it is made: a change in the middle of its apply.
 #[derive(Debug)]
-pub struct HeldStore {
+pub struct PausedStore {
     inner: Arc<RouteStore>,
     armed: std::sync::atomic::AtomicBool,
     armed_write: std::sync::atomic::AtomicBool,
@@ -127,10 +127,10 @@ pub struct HeldStore {
     go: tokio::sync::Notify,
 }
 
-impl HeldStore {
-    /// `inner`, nothing held until [`HeldStore::arm`] or [`HeldStore::arm_write`].
-    pub fn new(inner: Arc<RouteStore>) -> HeldStore {
-        HeldStore {
+impl PausedStore {
+    /// `inner`, nothing paused until [`PausedStore::arm`] or [`PausedStore::arm_write`].
+    pub fn new(inner: Arc<RouteStore>) -> PausedStore {
+        PausedStore {
             inner,
             armed: Default::default(),
             armed_write: Default::default(),
@@ -169,7 +169,7 @@ impl HeldStore {
 }
 
 #[async_trait::async_trait]
-impl RemoteStore<Route> for HeldStore {
+impl RemoteStore<Route> for PausedStore {
     fn kind(&self) -> &'static str {
         self.inner.kind()
     }

@@ -14,7 +14,7 @@ use ankusa::subjects::routes::{Route, RoutePatch, RouteStore, Routes};
 use serde_json::{json, Value};
 
 use crate::routes::{
-    entity, new_route, redis_store, route_rows, settling, wait_settled, HeldStore,
+    entity, new_route, redis_store, route_rows, settling, wait_settled, PausedStore,
 };
 use crate::support::redis::RedisServer;
 use crate::support::trail::{ctx, open_trail};
@@ -376,7 +376,7 @@ async fn a_change_by_someone_else_before_settlement_is_interrupted_with_refresh(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_whose_caller_goes_away_mid_apply_still_finishes_its_row() {
     let dir = tempfile::tempdir().unwrap();
-    let held = Arc::new(HeldStore::new(Arc::new(MemoryStore::<Route>::default())));
+    let held = Arc::new(PausedStore::new(Arc::new(MemoryStore::<Route>::default())));
     let store: Arc<RouteStore> = held.clone();
     let trail = open_trail(dir.path(), true);
     let routes = Routes::new(store.clone(), trail.clone());
@@ -425,7 +425,7 @@ async fn a_change_whose_caller_goes_away_mid_apply_still_finishes_its_row() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_waits_for_the_settlement_of_its_subject_in_progress() {
     let dir = tempfile::tempdir().unwrap();
-    let slow = Arc::new(HeldStore::new(Arc::new(MemoryStore::<Route>::default())));
+    let slow = Arc::new(PausedStore::new(Arc::new(MemoryStore::<Route>::default())));
     let store: Arc<RouteStore> = slow.clone();
     stopped_with_pending_on(dir.path(), store.clone()).await;
 
@@ -551,7 +551,7 @@ async fn a_write_that_lands_after_its_settlement_is_refused() {
     };
     let update = routes.update(ctx("alice"), "t1".into(), "r1".into(), patch, None);
     assert!(update.await.is_err(), "no answer from the store");
-    assert_eq!(proxy.held(), 1);
+    assert_eq!(proxy.withheld(), 1);
     wait_settled(trail.store(), Duration::from_secs(15)).await;
     let rows = route_rows(trail.store(), "r1");
     assert_eq!(rows.len(), 2);

@@ -17,7 +17,7 @@ use ankusa::subjects::SubjectError;
 use serde_json::json;
 
 use crate::restore::store::{now, restore_into};
-use crate::routes::{new_route, redis_store, route_rows, HeldStore};
+use crate::routes::{new_route, redis_store, route_rows, PausedStore};
 use crate::support::redis::RedisServer;
 use crate::support::trail::{all_rows, ctx, open_trail, open_trail_with_sinks};
 
@@ -38,7 +38,7 @@ async fn an_update_read_before_a_delete_and_a_create_again_is_refused() {
         open_trail(dir_a.path(), true),
         open_trail(dir_b.path(), true),
     );
-    let held = Arc::new(HeldStore::new(redis_store(&redis.url())));
+    let held = Arc::new(PausedStore::new(redis_store(&redis.url())));
     let a = Routes::new(held.clone(), trail_a.clone());
     let b = Routes::new(redis_store(&redis.url()), trail_b.clone());
     b.create(

@@ -11,19 +11,19 @@ pub trait Check {
     /// What [`eventually`] returns once the check holds.
     type Value;
     /// The value, if the check holds.
-    fn held(self) -> Option<Self::Value>;
+    fn passed(self) -> Option<Self::Value>;
 }
 
 impl Check for bool {
     type Value = ();
-    fn held(self) -> Option<()> {
+    fn passed(self) -> Option<()> {
         self.then_some(())
     }
 }
 
 impl<T> Check for Option<T> {
     type Value = T;
-    fn held(self) -> Option<T> {
+    fn passed(self) -> Option<T> {
         self
     }
 }
@@ -38,7 +38,7 @@ pub async fn eventually<C: Check>(
 ) -> C::Value {
     let deadline = tokio::time::Instant::now() + bound;
     loop {
-        if let Some(value) = check().await.held() {
+        if let Some(value) = check().await.passed() {
             return value;
         }
         assert!(

@@ -8,10 +8,10 @@
 //! (`ankusa_sinks::test_support`), shared with its own tests and the benchmarks.
 
 pub mod eventually;
-#[cfg(feature = "failpoints")]
-pub mod held;
 pub mod kafka;
 pub mod node;
+#[cfg(feature = "failpoints")]
+pub mod paused;
 pub mod proxy;
 pub mod publisher;
 pub mod redis;

@@ -4,16 +4,16 @@
 use std::sync::{mpsc, Mutex};
 use std::time::Duration;
 
-/// The first thread to reach failpoint `name` waits there until [`HeldAt::release`] (or until
+/// The first thread to reach failpoint `name` waits there until [`PausedAt::release`] (or until
 /// this is dropped); later ones pass.
-pub struct HeldAt {
+pub struct PausedAt {
     reached: Option<tokio::sync::oneshot::Receiver<()>>,
     _release: mpsc::Sender<()>,
 }
 
-impl HeldAt {
+impl PausedAt {
     /// Arm failpoint `name`.
-    pub fn new(name: &str) -> HeldAt {
+    pub fn new(name: &str) -> PausedAt {
         let (reached, heard) = tokio::sync::oneshot::channel();
         let (release, released) = mpsc::channel::<()>();
         let first = Mutex::new(Some((reached, released)));
@@ -25,13 +25,13 @@ impl HeldAt {
             }
         })
         .unwrap();
-        HeldAt {
+        PausedAt {
             reached: Some(heard),
             _release: release,
         }
     }
 
-    /// Wait until a thread is held there.
+    /// Wait until a thread is paused there.
     pub async fn reached(&mut self) {
         let reached = self.reached.take().expect("reached once");
         tokio::time::timeout(Duration::from_secs(30), reached)
@@ -40,6 +40,6 @@ impl HeldAt {
             .unwrap();
     }
 
-    /// Let the held thread go on.
+    /// Let the paused thread go on.
     pub fn release(self) {}
 }

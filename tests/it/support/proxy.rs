@@ -1,7 +1,7 @@
 //! A TCP proxy in front of a server, for tests of a write that arrives late: armed, it holds
 //! the next client bytes that contain a marker (a Redis script call, say) instead of passing
 //! them on, and closes that connection on the client's side, as a client that gave up on it
-//! sees it; the server's side stays open, and [`Proxy::release`] sends the held bytes on it
+//! sees it; the server's side stays open, and [`Proxy::release`] sends the withheld bytes on it
 //! later, as a connection that was replaced and still delivers.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,11 +19,11 @@ pub struct Proxy {
 }
 
 struct Shared {
-    /// The marker the next held bytes contain, while armed.
+    /// The marker the next withheld bytes contain, while armed.
     marker: Mutex<Option<Vec<u8>>>,
     armed: AtomicBool,
-    /// Bytes held, with the server side they are for.
-    held: Mutex<Vec<(OwnedWriteHalf, Vec<u8>)>>,
+    /// Bytes withheld, with the server side they are for.
+    withheld: Mutex<Vec<(OwnedWriteHalf, Vec<u8>)>>,
 }
 
 impl Proxy {
@@ -34,7 +34,7 @@ impl Proxy {
         let shared = Arc::new(Shared {
             marker: Mutex::new(None),
             armed: AtomicBool::new(false),
-            held: Mutex::new(Vec::new()),
+            withheld: Mutex::new(Vec::new()),
         });
         let accepting = shared.clone();
         tokio::spawn(async move {
@@ -59,15 +59,15 @@ impl Proxy {
         self.shared.armed.store(true, Ordering::SeqCst);
     }
 
-    /// How many sends are held.
-    pub fn held(&self) -> usize {
-        self.shared.held.lock().unwrap().len()
+    /// How many sends are withheld.
+    pub fn withheld(&self) -> usize {
+        self.shared.withheld.lock().unwrap().len()
     }
 
-    /// Send what is held to the server, late.
+    /// Send what is withheld to the server, late.
     pub async fn release(&self) {
-        let held = std::mem::take(&mut *self.shared.held.lock().unwrap());
-        for (mut server, bytes) in held {
+        let withheld = std::mem::take(&mut *self.shared.withheld.lock().unwrap());
+        for (mut server, bytes) in withheld {
             server.write_all(&bytes).await.unwrap();
             // Kept open a moment, so the server reads it all before the connection goes.
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
@@ -75,7 +75,7 @@ impl Proxy {
     }
 }
 
-/// Pass bytes both ways until either side closes, or until bytes with the marker are held.
+/// Pass bytes both ways until either side closes, or until bytes with the marker are withheld.
 async fn relay(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
     let (mut from_client, mut to_client) = client.into_split();
     let (mut from_server, mut to_server) = server.into_split();
@@ -93,7 +93,7 @@ async fn relay(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
         let hit = marker.is_some_and(|m| chunk.windows(m.len()).any(|w| w == m));
         if hit && shared.armed.swap(false, Ordering::SeqCst) {
             shared
-                .held
+                .withheld
                 .lock()
                 .unwrap()
                 .push((to_server, chunk.to_vec()));

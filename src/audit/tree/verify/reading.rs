@@ -4,7 +4,7 @@
 use tlog_tiles::Hash;
 
 use crate::audit::tree::{leaf_hash, Tile, TILE_WIDTH};
-use crate::store::{keys, Cf, Cursor, Store, StoreError};
+use crate::store::{keys, Cf, Store, StoreError, Walk};
 
 /// How a checkpoint row's value names its action: rows are written by one serializer, field
 /// by field, so the bytes are always these.
@@ -25,7 +25,7 @@ pub(super) fn read_leaves(
     tx: std::sync::mpsc::SyncSender<Vec<Leaf>>,
 ) -> Result<(), StoreError> {
     const CHUNK: usize = 4096;
-    let mut rows = store.cursor(Cf::Audit, &[keys::ROW]);
+    let mut rows = store.walk(Cf::Audit, &[keys::ROW]);
     rows.seek(&keys::row_seek(start));
     let mut chunk = Vec::with_capacity(CHUNK);
     while let Some((k, v)) = rows.entry() {
@@ -48,23 +48,23 @@ pub(super) fn read_leaves(
     Ok(())
 }
 
-/// The tiles of leaves as the walk goes through them: the cursor stands at the tile of the
+/// The tiles of leaves as the walk goes through them: the walk stands at the tile of the
 /// next leaf to check, and moves past a tile once its last stored leaf is checked.
 pub(super) struct Tiles<'a> {
-    pub cursor: Cursor<'a>,
+    pub walk: Walk<'a>,
 }
 
 impl<'a> Tiles<'a> {
     /// The tiles of `store`, from the one leaf `n` sits in.
     pub fn from_leaf(store: &'a Store, n: u64) -> Tiles<'a> {
-        let mut cursor = store.cursor(Cf::Audit, &[keys::TILE]);
-        cursor.seek(&keys::tile_key(n / TILE_WIDTH));
-        Tiles { cursor }
+        let mut walk = store.walk(Cf::Audit, &[keys::TILE]);
+        walk.seek(&keys::tile_key(n / TILE_WIDTH));
+        Tiles { walk }
     }
 
     /// Whether leaf `n` is stored in its tile as `hash`; `None` when it has no tile.
     pub fn check(&mut self, n: u64, hash: &Hash) -> Option<bool> {
-        let (k, v) = self.cursor.entry()?;
+        let (k, v) = self.walk.entry()?;
         if keys::decode_seq_key(keys::TILE, k) != Some(n / TILE_WIDTH) {
             return None;
         }
@@ -77,7 +77,7 @@ impl<'a> Tiles<'a> {
         let (at, count) = (at as usize, hashes.len() / 32);
         let same = at < count && hashes[32 * at..32 * (at + 1)] == hash.0;
         if same && at + 1 == count {
-            self.cursor.next();
+            self.walk.next();
         }
         Some(same)
     }

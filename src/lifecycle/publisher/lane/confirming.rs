@@ -23,12 +23,12 @@ impl Lane {
         };
         let outcomes = oldest.outcomes.await;
         telemetry::lifecycle::delivery_attempted(&self.spec.name, oldest.started.elapsed());
-        let room = self.held.room(self.options.max_dead_letters);
+        let room = self.counted.room(self.options.max_dead_letters);
         let (sink, page) = (&self.spec.name, &oldest.page);
         let tally = attempt::tally(sink, self.position, room, page, &outcomes);
         let dead_lettered = tally.dead.len() as u64;
         // Counted before they are durable: the count is never below what the store holds.
-        self.held.add(dead_lettered);
+        self.counted.add(dead_lettered);
         status::update(&self.status, |s| {
             s.delivered += tally.delivered;
             s.dead_lettered += dead_lettered;

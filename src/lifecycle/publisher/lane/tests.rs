@@ -111,7 +111,7 @@ async fn fixture(rows: u64, batch: usize, in_flight: usize, sink: Scripted) -> F
     let shared = Shared {
         status,
         enables,
-        held: dead_letters::Held::new("s", 0),
+        counted: dead_letters::LetterCount::new("s", 0),
     };
     let lane = Lane::new(&trail, spec, options, shared, shutdown.clone(), 0);
     Fixture {
@@ -219,7 +219,7 @@ async fn the_position_moves_only_over_the_contiguous_confirmed_prefix() {
         vec![vec![1, 2], vec![3, 4], vec![5, 6], vec![4, 5], vec![6]]
     );
     let (store, status) = stop(f).await;
-    assert_eq!(store.meta_u64(&meta::sink_cursor("s")).unwrap(), 6);
+    assert_eq!(store.meta_u64(&meta::sink_position("s")).unwrap(), 6);
     assert_eq!((status.state, status.delivered), (SinkState::Stopped, 6));
 }
 
@@ -271,7 +271,7 @@ async fn a_refusal_is_dead_lettered_and_a_gone_destination_waits_for_an_enable()
     ];
     assert_eq!(seen, expected);
     let (store, status) = stop(f).await;
-    assert_eq!(store.meta_u64(&meta::sink_cursor("s")).unwrap(), 5);
+    assert_eq!(store.meta_u64(&meta::sink_position("s")).unwrap(), 5);
     let letters = dead_letters::list(&store, "s", 0, 10).unwrap();
     let letters: Vec<_> = letters.iter().map(|l| (l.seq, l.reason.as_str())).collect();
     assert_eq!(letters, vec![(2, "too large")]);
@@ -312,24 +312,24 @@ async fn at_its_dead_letter_ceiling_a_refusal_stops_the_lane_before_it() {
     assert_eq!(seen.last(), Some(&("confirming", 2)));
     f.lane.step().await;
     assert_eq!((name(&f.lane.state), f.lane.position), ("retrying", 2));
-    assert_eq!(f.lane.held.get(), 2);
+    assert_eq!(f.lane.counted.get(), 2);
 
     // Once durable, an operator drops letter 1: room for one more.
     while status::snapshot(&f.lane.status).position < 2 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let held = f.lane.held.clone();
-    dead_letters::drop_letter(&f.trail, Context::new("ops", None, None), &held, 1)
+    let counted = f.lane.counted.clone();
+    dead_letters::drop_letter(&f.trail, Context::new("ops", None, None), &counted, 1)
         .await
         .unwrap();
-    assert_eq!(held.get(), 1);
+    assert_eq!(counted.get(), 1);
     steps_until(&mut f.lane, "confirming").await;
     f.lane.step().await;
     assert_eq!((name(&f.lane.state), f.lane.position), ("retrying", 3));
-    assert_eq!(held.get(), 2);
+    assert_eq!(counted.get(), 2);
     let (store, _) = stop(f).await;
     let letters = dead_letters::list(&store, "s", 0, 10).unwrap();
     let seqs: Vec<u64> = letters.iter().map(|l| l.seq).collect();
     assert_eq!(seqs, vec![2, 3]);
-    assert_eq!(store.meta_u64(&meta::sink_cursor("s")).unwrap(), 3);
+    assert_eq!(store.meta_u64(&meta::sink_position("s")).unwrap(), 3);
 }

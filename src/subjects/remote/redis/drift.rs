@@ -74,10 +74,10 @@ impl<T: RemoteSubject> RedisStore<T> {
         rest.strip_prefix(":{")?.split_once("}:")
     }
 
-    /// One page of the scan: up to about `count` hashes from `cursor`.
+    /// One page of the scan: up to about `count` hashes from `from` (Redis's SCAN position).
     pub(super) async fn scan_drift(
         &self,
-        cursor: u64,
+        from: u64,
         count: usize,
     ) -> Result<DriftPage<T>, StoreError> {
         let (mut conn, _) = self.conn().await?;
@@ -86,7 +86,7 @@ impl<T: RemoteSubject> RedisStore<T> {
             super::read::glob_escape(&[&self.prefix, T::KIND, ":{"].concat())
         );
         let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
+            .arg(from)
             .arg("MATCH")
             .arg(&pattern)
             .arg("COUNT")

@@ -138,7 +138,7 @@ impl<T: RemoteSubject> RedisStore<T> {
         invocation: &mut redis::ScriptInvocation<'_>,
     ) -> Result<Cas, StoreError> {
         let (mut conn, name, waits) = self.made_for_write().await?;
-        // Read before the script is sent: what it finds is held against it.
+        // Read before the script is sent: what it finds is checked against it.
         let seen = self.counted.load(Ordering::Relaxed);
         let reply = invocation
             .arg(self.floor.load(Ordering::Relaxed))
@@ -312,8 +312,8 @@ impl<T: RemoteSubject> RemoteStore<T> for RedisStore<T> {
         self.write(&key, &mut invocation).await
     }
 
-    async fn drift_page(&self, cursor: u64, count: usize) -> Result<DriftPage<T>, StoreError> {
-        self.scan_drift(cursor, count).await
+    async fn drift_page(&self, from: u64, count: usize) -> Result<DriftPage<T>, StoreError> {
+        self.scan_drift(from, count).await
     }
 
     async fn adopt(&self, drifted: &Drifted<T>) -> Result<Option<Stamp>, StoreError> {

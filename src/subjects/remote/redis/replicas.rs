@@ -45,15 +45,15 @@ impl<T: RemoteSubject> RedisStore<T> {
         }
         // Every write numbered up to here was answered before this WAIT is sent.
         let upto = waits.answered.load(Ordering::SeqCst);
-        let held: u32 = redis::cmd("WAIT")
+        let acked: u32 = redis::cmd("WAIT")
             .arg(replicas)
             .arg(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1))
             .query_async(conn)
             .await
             .map_err(|e| self.failed(e))?;
-        if held < replicas {
+        if acked < replicas {
             return Err(StoreError::Redis(format!(
-                "the write reached {held} of {replicas} replicas in time"
+                "the write reached {acked} of {replicas} replicas in time"
             )));
         }
         *covered = upto;
