@@ -310,7 +310,18 @@ async fn schedule(seed: u64) {
         &["--start", "end"],
     );
     late.start();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Its positions are at the end of every partition once it says it follows them.
+    let log = dir.path().join("g2.log");
+    let at_end = async || {
+        let text = std::fs::read_to_string(&log).ok()?;
+        text.contains("following every partition").then_some(())
+    };
+    eventually(
+        "the late follower at the end",
+        Duration::from_secs(20),
+        at_end,
+    )
+    .await;
     for node in [&a, &b] {
         let r = reqwest::Client::new()
             .post(format!("{}/admin/v1/lifecycle/snapshot", node.url))

@@ -202,5 +202,4 @@ impl Replica {
 }
 
 #[cfg(test)]
-#[path = "rule_tests.rs"]
 mod tests;

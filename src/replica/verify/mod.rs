@@ -240,5 +240,4 @@ pub fn report(differences: &[Difference]) -> String {
 }
 
 #[cfg(test)]
-#[path = "verify_tests.rs"]
 mod tests;

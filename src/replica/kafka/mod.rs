@@ -449,5 +449,4 @@ async fn partitions(consumer: Arc<StreamConsumer>, topic: &str) -> Result<Vec<i3
 }
 
 #[cfg(test)]
-#[path = "kafka_tests.rs"]
 mod tests;

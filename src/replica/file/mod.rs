@@ -182,5 +182,4 @@ fn io(path: &Path, source: std::io::Error) -> FileError {
 }
 
 #[cfg(test)]
-#[path = "file_tests.rs"]
 mod tests;
