@@ -67,7 +67,7 @@ impl Writer {
         };
         // Validated first: a change that would change nothing (a missing subject, bad input)
         // hears why, backlog or not. One that would may be refused now, its ops dropped.
-        let staged = Staged::new(self.stamper(), g.seq + 1, at, ctx, change);
+        let staged = Staged::new(self.stamper(), g.next_seq(), at, ctx, change);
         self.admit(g, staged, ctx.admission(), ops)
     }
 

@@ -1,6 +1,6 @@
 //! The snapshot of a kind kept in a remote store: every subject of every tenant, paged, each
 //! offered to the writer as a refresh row of the snapshot at the version the store listed it
-//! at. Listed outside the subject's lock: a change of the subject may land on either side of
+//! at (or, after a loss, at the snapshot's floor). Listed outside the subject's lock: a change of the subject may land on either side of
 //! its item, and its version says which is newer.
 
 use futures::future::join_all;
@@ -21,12 +21,21 @@ impl<T: RemoteSubject> SnapshotKind for Remote<T> {
         self.store.version().await
     }
 
-    async fn items(&self, id: &str, page: usize, written: &Written<'_>) -> Result<u64, StoreError> {
+    async fn items(
+        &self,
+        id: &str,
+        page: usize,
+        lifted: Option<u64>,
+        written: &Written<'_>,
+    ) -> Result<u64, StoreError> {
         let mut count = 0;
         let mut pages = self.pages(page).await?;
         while let Some((_, subjects)) = pages.next().await? {
             let mut items = Vec::with_capacity(subjects.len());
-            for (subject, stamp) in subjects {
+            for (subject, mut stamp) in subjects {
+                if let Some(version) = lifted {
+                    stamp.version = version;
+                }
                 let name = resource::<T>(subject.id());
                 let mut item = offer(&subject, stamp, name, None)?;
                 item.snapshot = Some(id.to_owned());

@@ -81,7 +81,15 @@ impl SnapshotKind for LocalSources {
         })
     }
 
-    async fn items(&self, id: &str, page: usize, written: &Written<'_>) -> Result<u64, StoreError> {
+    async fn items(
+        &self,
+        id: &str,
+        page: usize,
+        // The node's own store loses nothing it published: a restore opens an incarnation
+        // whose versions are above every earlier one.
+        _lifted: Option<u64>,
+        written: &Written<'_>,
+    ) -> Result<u64, StoreError> {
         let mut count = 0;
         let mut after = None;
         loop {

@@ -53,8 +53,17 @@ pub trait SnapshotKind: Send + Sync {
     /// Its store's version now, and the store's name (`None`: this node's own).
     async fn floor(&self) -> Result<Stamp, StoreError>;
     /// Write one item of snapshot `id` per subject that exists, `page` at a time, telling
-    /// `written` each page's count (it answers whether to go on); the items written.
-    async fn items(&self, id: &str, page: usize, written: &Written<'_>) -> Result<u64, StoreError>;
+    /// `written` each page's count (it answers whether to go on); the items written. With
+    /// `lifted`, every item carries that version (the snapshot's floor) instead of the one
+    /// its store keeps: a store that lost data may hold subjects below versions consumers
+    /// already applied (the lost changes), and only a greater version replaces those.
+    async fn items(
+        &self,
+        id: &str,
+        page: usize,
+        lifted: Option<u64>,
+        written: &Written<'_>,
+    ) -> Result<u64, StoreError>;
 }
 
 /// Why a snapshot was taken.
@@ -211,7 +220,7 @@ impl Snapshots {
         };
         let this = self.clone();
         self.inner.tasks.spawn(async move {
-            let ended = this.run(id, &kinds).await;
+            let ended = this.run(id, &kinds, Reason::Request).await;
             this.end(ended.map(|_| ()).map_err(|e| e.to_string()));
         });
         Ok((progress, seq))
@@ -230,7 +239,7 @@ impl Snapshots {
         let Ok(progress) = self.begin(&kinds, reason) else {
             return Ok(None);
         };
-        let ended = self.run(progress.id, &kinds).await;
+        let ended = self.run(progress.id, &kinds, reason).await;
         self.end(ended.as_ref().map(|_| ()).map_err(|e| e.to_string()));
         ended.map(Some)
     }
@@ -317,11 +326,18 @@ impl Snapshots {
 
     /// The snapshot's rows: the start marker with each kind's floor, the items, the finish
     /// marker with their count.
-    async fn run(&self, id: Uuid, kinds: &[Arc<dyn SnapshotKind>]) -> Result<u64, StoreError> {
+    async fn run(
+        &self,
+        id: Uuid,
+        kinds: &[Arc<dyn SnapshotKind>],
+        reason: Reason,
+    ) -> Result<u64, StoreError> {
         let text = id.to_string();
         let mut stores = Vec::with_capacity(kinds.len());
+        let mut floors = Vec::with_capacity(kinds.len());
         for kind in kinds {
             let floor = kind.floor().await?;
+            floors.push(floor.version);
             let store = floor.store.unwrap_or_else(|| self.inner.source.clone());
             let floor = crate::lifecycle::event::sequence(floor.version);
             stores.push(json!({"kind": kind.kind(), "store": store, "floor": floor}));
@@ -337,8 +353,10 @@ impl Snapshots {
             }
             !self.inner.shutdown.is_cancelled()
         };
-        for kind in kinds {
-            count += kind.items(&text, PAGE, &written).await?;
+        for (kind, floor) in kinds.iter().zip(floors) {
+            // After a loss, consumers may hold versions the store no longer has.
+            let lifted = (reason == Reason::StoreLoss).then_some(floor);
+            count += kind.items(&text, PAGE, lifted, &written).await?;
         }
         self.marker(id, "finish", json!({"id": text, "count": count}))
             .await?;

@@ -25,7 +25,13 @@ impl SnapshotKind for Paused {
             store: Some("redis:x".into()),
         })
     }
-    async fn items(&self, _: &str, _: usize, written: &Written<'_>) -> Result<u64, StoreError> {
+    async fn items(
+        &self,
+        _: &str,
+        _: usize,
+        _: Option<u64>,
+        written: &Written<'_>,
+    ) -> Result<u64, StoreError> {
         self.go.notified().await;
         if self.fail {
             return Err(StoreError::Redis("down".into()));
