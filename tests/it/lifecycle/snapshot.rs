@@ -375,6 +375,17 @@ async fn a_restored_node_snapshots_and_replicas_forget_the_lost_life() {
     node.stop().await;
 }
 
+/// A node with a file sink and its routes in the Redis at `url`, checking it every 100 ms.
+async fn on_redis(url: &str) -> TestNode {
+    TestNode::start_with(|v| {
+        with_file_sink(v);
+        v["routes"]["store"] = json!("redis");
+        v["routes"]["redis_url"] = json!(url);
+        v["settlement"]["interval"] = json!("100ms");
+    })
+    .await
+}
+
 /// Redis restarted empty under a node (routes there): the node notices at its next change
 /// (the version counter below what it saw), writes one `route.store_loss` row, answers
 /// `/readyz` 503 `store_lost` until a snapshot of routes has finished, and that snapshot's
@@ -384,13 +395,7 @@ async fn a_restored_node_snapshots_and_replicas_forget_the_lost_life() {
 async fn a_redis_that_lost_its_routes_is_recorded_and_snapshotted() {
     let redis = crate::support::redis::RedisServer::start();
     let url = redis.url();
-    let node = TestNode::start_with(|v| {
-        with_file_sink(v);
-        v["routes"]["store"] = json!("redis");
-        v["routes"]["redis_url"] = json!(url);
-        v["settlement"]["interval"] = json!("100ms");
-    })
-    .await;
+    let node = on_redis(&url).await;
     create_route(&node, "t1", "lost").await;
     let client = redis::Client::open(url.as_str()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
@@ -433,13 +438,7 @@ async fn a_redis_that_lost_its_routes_is_recorded_and_snapshotted() {
 async fn a_redis_that_lost_a_routes_last_change_is_snapshotted_above_it() {
     let redis = crate::support::redis::RedisServer::start();
     let url = redis.url();
-    let node = TestNode::start_with(|v| {
-        with_file_sink(v);
-        v["routes"]["store"] = json!("redis");
-        v["routes"]["redis_url"] = json!(url);
-        v["settlement"]["interval"] = json!("100ms");
-    })
-    .await;
+    let node = on_redis(&url).await;
     create_route(&node, "t1", "r").await;
     let client = redis::Client::open(url.as_str()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
