@@ -33,6 +33,8 @@ pub mod api;
 pub mod audit;
 pub mod cli;
 pub mod config;
+#[cfg(test)]
+mod conventions;
 pub mod lifecycle;
 pub mod node;
 pub mod replica;

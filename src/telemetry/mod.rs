@@ -153,57 +153,6 @@ fn register<M: Collector + Clone + 'static>(metric: prometheus::Result<M>) -> M 
 
 #[cfg(test)]
 mod tests {
-    use std::path::{Path, PathBuf};
-
-    /// Every `.rs` file under `dir`.
-    fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                rust_files(&path, out);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                out.push(path);
-            }
-        }
-    }
-
-    /// Log lines are named events here and in the sinks' `telemetry.rs` (one place for their
-    /// names, levels and fields, and no secret in a field): no other file calls tracing's
-    /// log macros or imports them. (clippy's `disallowed-macros` would refuse them too, but
-    /// its `allow` has no effect on tracing's macros, so it could not let these files be.)
-    #[test]
-    fn log_lines_are_named_events_in_telemetry() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let mut files = Vec::new();
-        rust_files(&root.join("src"), &mut files);
-        rust_files(&root.join("sinks/src"), &mut files);
-        let macros = ["error", "warn", "info", "debug", "trace", "event"];
-        let mut found = Vec::new();
-        for path in files {
-            let name = path.strip_prefix(root).unwrap().display().to_string();
-            if name.starts_with("src/telemetry/") || name == "sinks/src/telemetry.rs" {
-                continue;
-            }
-            let flat: String = std::fs::read_to_string(&path)
-                .unwrap()
-                .split_whitespace()
-                .collect();
-            let called = macros
-                .iter()
-                .any(|m| flat.contains(&format!("tracing::{m}!")));
-            let imported = flat.split("usetracing::").skip(1).any(|used| {
-                let used = &used[..used.find(';').unwrap_or(used.len())];
-                used.trim_matches(|c| c == '{' || c == '}')
-                    .split(',')
-                    .any(|item| macros.contains(&item))
-            });
-            if called || imported {
-                found.push(name);
-            }
-        }
-        assert!(found.is_empty(), "log macros outside telemetry: {found:?}");
-    }
-
     /// Every metric the node exports with its labels, as dashboards and alerts know them
     /// (histograms also have `le`). A name here changes only with the operators' runbook.
     const METRICS: [&str; 42] = [

@@ -27,8 +27,7 @@ use serde_json::{json, Map};
 use uuid::Uuid;
 
 use crate::audit::restore::incarnation::{next_base, now_micros, History, Incarnation};
-use crate::audit::row::encode_json;
-use crate::audit::row::Change;
+use crate::audit::row::{encode_json, Change};
 use crate::audit::writer::Group;
 use crate::store::restore::PendingRestore;
 use crate::store::{keys, keys::meta, Cf, Store, StoreError};

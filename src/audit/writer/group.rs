@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 use super::admit::Admitted;
 use super::request::{Advance, Request};
 use super::stage::Staged;
-use super::sync::{Counters, Prepared, Taken};
+use super::sync::{BatchResult, Counters, Prepared, Taken};
 use super::tx::Overlay;
 use super::Writer;
 use crate::audit::bounds::limits::{Limits, Pruned};
@@ -124,21 +124,18 @@ impl Writer {
         );
         let row = self.append(g, staged);
         opening.stage_meta(&self.store, g);
-        let (prepared, _) = self.close(o);
-        let prunes = self.head.staged() > 0;
-        self.head.handed_over();
+        let (prepared, begun) = self.close(o);
+        let group = self.handing_over(&prepared, begun);
         // Synced: the incarnation, its row, the refresh marker and the flag's deletion are
         // durable together before the writer takes the first change of the new incarnation.
-        if let Err(e) = self.store.write(prepared.batch, true) {
-            self.head.unwritten();
-            return Err(e);
-        }
+        let written = self.store.write(prepared.batch, true);
+        let result = match written {
+            Ok(()) => BatchResult::Written,
+            Err(_) => BatchResult::Unwritten,
+        };
+        self.heard(group, result);
+        written?;
         fail::fail_point!("audit::restore::after_batch");
-        self.unsynced.pop_front();
-        self.written = self.counters.clone();
-        if prunes {
-            self.head.written();
-        }
         crate::telemetry::audit::row_committed(&row);
         opening.opened();
         Ok(())

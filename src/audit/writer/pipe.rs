@@ -96,12 +96,8 @@ impl Writer {
             && self.rx.is_empty()
             && inline_allowed();
         let (prepared, begun) = self.close(o);
-        pipe.handed_over.push_back(HandedOver {
-            counters: prepared.counters.clone(),
-            prunes: self.head.staged() > 0,
-            begun,
-        });
-        self.head.handed_over();
+        let group = self.handing_over(&prepared, begun);
+        pipe.handed_over.push_back(group);
         if here {
             pipe.syncer_state
                 .lock()
@@ -152,6 +148,25 @@ impl Writer {
         let Some(group) = pipe.handed_over.pop_front() else {
             return;
         };
+        pipe.failed |= result == BatchResult::Unwritten;
+        self.heard(group, result);
+    }
+
+    /// What the writer keeps of `prepared` (which begins the pending ids `begun`) while it is
+    /// written, by the syncer or on this thread.
+    pub(super) fn handing_over(&mut self, prepared: &Prepared, begun: Vec<u64>) -> HandedOver {
+        let group = HandedOver {
+            counters: prepared.counters.clone(),
+            prunes: self.head.staged() > 0,
+            begun,
+        };
+        self.head.handed_over();
+        group
+    }
+
+    /// Take in how `group`, the oldest not yet heard, went: written, its counters are the
+    /// written ones; not, what it began and what it pruned are forgotten.
+    pub(super) fn heard(&mut self, group: HandedOver, result: BatchResult) {
         self.unsynced.pop_front();
         match result {
             BatchResult::Written => {
@@ -161,7 +176,6 @@ impl Writer {
                 }
             }
             BatchResult::Unwritten => {
-                pipe.failed = true;
                 self.forget_begun(&group.begun);
                 if group.prunes {
                     self.head.unwritten();

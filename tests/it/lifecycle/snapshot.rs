@@ -440,14 +440,8 @@ async fn a_redis_that_lost_a_routes_last_change_is_snapshotted_above_it() {
     let url = redis.url();
     let node = on_redis(&url).await;
     create_route(&node, "t1", "r").await;
-    let client = redis::Client::open(url.as_str()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     // What a replica that lagged behind the next change holds.
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("*")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let (mut conn, keys) = crate::support::redis::keys(&url).await;
     let mut before = Vec::new();
     for key in keys {
         let dump: Vec<u8> = redis::cmd("DUMP")

@@ -20,13 +20,7 @@ pub(crate) fn on_redis(url: String) -> impl Fn(&mut Value) {
 
 /// Every key and value Redis holds, as text.
 async fn redis_dump(url: &str) -> String {
-    let client = redis::Client::open(url).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("*")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let (mut conn, keys) = crate::support::redis::keys(url).await;
     let mut dump = String::new();
     for key in keys {
         let kind: String = redis::cmd("TYPE")

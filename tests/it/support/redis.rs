@@ -241,3 +241,15 @@ fn query<T: redis::FromRedisValue>(port: u16, cmd: &mut redis::Cmd) -> T {
         .expect("connect");
     cmd.query(&mut conn).expect("query")
 }
+
+/// A connection to the Redis at `url` and every key it holds.
+pub async fn keys(url: &str) -> (redis::aio::MultiplexedConnection, Vec<String>) {
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let keys = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    (conn, keys)
+}
