@@ -1,4 +1,4 @@
-//! `ankusa follow kafka | webhook | verify`: keep a replica of the routes and sources from
+//! `ankusa follow kafka | webhook | http | verify`: keep a replica of the routes and sources from
 //! the lifecycle events, and compare one with a node's admin API.
 //!
 //! The consumers live in the library (`ankusa::replica`); this file parses arguments, starts
@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
+use crate::replica::http::{self, HttpOptions};
 use crate::replica::kafka::{self, KafkaOptions, Start};
 use crate::replica::verify::{self, VerifyOptions};
 use crate::replica::webhook::{Server, WebhookOptions};
@@ -26,6 +27,9 @@ pub enum FollowCommand {
     Kafka(KafkaArgs),
     /// Receive a webhook sink's requests (Standard Webhooks signed) into a replica file.
     Webhook(WebhookArgs),
+    /// Watch nodes' lifecycle events over HTTP (GET /admin/v1/lifecycle/events) into a
+    /// replica file.
+    Http(HttpArgs),
     /// Compare a replica file with a node's admin API; exits 1 on a difference.
     Verify(VerifyArgs),
 }
@@ -50,7 +54,8 @@ impl std::fmt::Debug for Hidden {
 /// Where to compare the replica (`--verify`, and `follow verify`).
 #[derive(Debug, clap::Args)]
 pub struct ApiArgs {
-    /// A bearer token with admin:read for --url/--verify.
+    /// A bearer token: admin:read for --url/--verify; follow http watches with it too, so it
+    /// needs events:read there.
     #[arg(long, env = "ANKUSA_FOLLOW_TOKEN", hide_env_values = true)]
     pub token: Option<Hidden>,
     /// A tenant to list beside those the replica holds (repeatable).
@@ -124,6 +129,42 @@ pub struct WebhookArgs {
     pub metrics: Option<String>,
 }
 
+/// Arguments of `ankusa follow http`.
+#[derive(Debug, clap::Args)]
+pub struct HttpArgs {
+    /// A node's base URL (http://host:port; repeatable: the nodes of a fleet, merged into
+    /// one replica).
+    #[arg(long = "url", value_name = "URL", required = true)]
+    pub urls: Vec<String>,
+    /// The replica file (created if missing; holds each node's position too).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Events asked for in one answer (1 to 1000).
+    #[arg(long, default_value_t = http::DEFAULT_LIMIT, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub limit: u32,
+    /// How long a node holds a poll with no event to send (0s to 50s, under the node's
+    /// api.request_timeout).
+    #[arg(long, default_value = "30s", value_parser = humantime_serde::re::humantime::parse_duration)]
+    pub wait: Duration,
+    /// Write the replica file after this many events...
+    #[arg(long, default_value_t = http::DEFAULT_BATCH_EVENTS, value_name = "N")]
+    pub batch_events: usize,
+    /// ...or after this many milliseconds.
+    #[arg(long, default_value_t = http::DEFAULT_BATCH_MS, value_name = "MS")]
+    pub batch_ms: u64,
+    /// Catch up (every node answered with its latest position), then compare with the node
+    /// at this URL and exit: 0 when equal, 1 on a difference.
+    #[arg(long, value_name = "URL")]
+    pub verify: Option<String>,
+    /// The token (events:read; admin:read too with --verify) and the scope of `--verify`.
+    #[command(flatten)]
+    pub api: ApiArgs,
+    /// Serve Prometheus metrics at http://ADDR/metrics.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
+}
+
 /// Arguments of `ankusa follow verify`.
 #[derive(Debug, clap::Args)]
 pub struct VerifyArgs {
@@ -148,6 +189,7 @@ pub fn run(command: FollowCommand, out: &mut dyn Write) -> anyhow::Result<()> {
         match command {
             FollowCommand::Kafka(args) => follow_kafka(args, out).await,
             FollowCommand::Webhook(args) => follow_webhook(args).await,
+            FollowCommand::Http(args) => follow_http(args, out).await,
             FollowCommand::Verify(args) => {
                 let api = api_options(args.url, args.api)?;
                 compare(&args.replica, &api, out).await
@@ -197,13 +239,48 @@ async fn follow_webhook(args: WebhookArgs) -> anyhow::Result<()> {
     Ok(served?)
 }
 
+async fn follow_http(args: HttpArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let token = args
+        .api
+        .token
+        .clone()
+        .context("--token (or ANKUSA_FOLLOW_TOKEN) with events:read is needed to watch")?;
+    anyhow::ensure!(
+        args.wait <= Duration::from_secs(50),
+        "--wait is at most 50s (the longest a node holds a poll)"
+    );
+    let verify = match args.verify {
+        Some(url) => Some(api_options(url, args.api)?),
+        None => None,
+    };
+    let options = HttpOptions {
+        urls: args.urls,
+        token: token.0,
+        out: args.out.clone(),
+        limit: args.limit,
+        wait: args.wait,
+        batch_events: args.batch_events.max(1),
+        batch_interval: Duration::from_millis(args.batch_ms.max(1)),
+        until_caught_up: verify.is_some(),
+    };
+    let metrics = Metrics::new();
+    let tasks = start_reporting(&metrics, args.metrics.as_deref(), true).await?;
+    let followed = http::follow(options, metrics, crate::node::signal()).await;
+    stop_reporting(tasks);
+    followed?;
+    match verify {
+        Some(api) => compare(&args.out, &api, out).await,
+        None => Ok(()),
+    }
+}
+
 /// The progress task and, with `--metrics`, the metrics listener.
 async fn start_reporting(
     metrics: &Arc<Metrics>,
     listen: Option<&str>,
-    kafka: bool,
+    counted: bool,
 ) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
-    let mut tasks = vec![tokio::spawn(progress::report(metrics.clone(), kafka))];
+    let mut tasks = vec![tokio::spawn(progress::report(metrics.clone(), counted))];
     if let Some(addr) = listen {
         let listener = tokio::net::TcpListener::bind(addr)
             .await

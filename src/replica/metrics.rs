@@ -27,7 +27,8 @@ pub struct Metrics {
     pub pruned: IntCounter,
     /// Subjects kept, by state (`present`, `deleted`), as of the last file write.
     pub subjects: IntGaugeVec,
-    /// Kafka: records between the position and the high watermark, all partitions.
+    /// Kafka: records between the position and the high watermark, all partitions; http:
+    /// seqs between each node's position and its latest, all nodes.
     pub behind_events: IntGauge,
     /// Now minus the time of the newest event applied.
     pub behind_seconds: Gauge,
@@ -37,6 +38,10 @@ pub struct Metrics {
     pub write_seconds: Histogram,
     /// The size of the replica file last written.
     pub file_bytes: IntGauge,
+    /// http: relists after a 410 (a snapshot asked for, the position moved to the oldest).
+    pub relists: IntCounter,
+    /// http: requests to a node that failed (down, hung, 5xx, garbage) and are retried.
+    pub request_failures: IntCounter,
     /// The `time` of the newest event applied, in unix ms (0: none yet).
     newest_ms: AtomicI64,
 }
@@ -66,7 +71,7 @@ impl Metrics {
         .expect("valid");
         r(Box::new(subjects.clone()));
         let behind_events =
-            IntGauge::new("behind_events", "Records not yet read (Kafka).").expect("valid");
+            IntGauge::new("behind_events", "Events not yet read (Kafka, http).").expect("valid");
         r(Box::new(behind_events.clone()));
         let behind_seconds =
             Gauge::new("behind_seconds", "Now minus the newest event's time.").expect("valid");
@@ -80,6 +85,12 @@ impl Metrics {
         r(Box::new(write_seconds.clone()));
         let file_bytes = IntGauge::new("file_bytes", "Size of the replica file.").expect("valid");
         r(Box::new(file_bytes.clone()));
+        let relists = counter(&r, "relists_total", "Relists after a position gone (http).");
+        let request_failures = counter(
+            &r,
+            "request_failures_total",
+            "Requests to a node that failed and are retried (http).",
+        );
         Arc::new(Metrics {
             registry,
             events,
@@ -91,6 +102,8 @@ impl Metrics {
             writes,
             write_seconds,
             file_bytes,
+            relists,
+            request_failures,
             newest_ms: AtomicI64::new(0),
         })
     }

@@ -17,6 +17,7 @@
 pub mod api;
 pub mod event;
 pub mod file;
+pub mod http;
 pub mod kafka;
 pub mod lag;
 pub mod metrics;

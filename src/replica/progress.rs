@@ -17,21 +17,23 @@ pub struct Status {
     pub stale: u64,
     /// Subjects that exist in the replica.
     pub subjects: i64,
-    /// Kafka: records not yet read, all partitions (`None` for a webhook receiver).
+    /// Kafka: records not yet read, all partitions; http: seqs behind each node's latest,
+    /// all nodes (`None` for a webhook receiver).
     pub behind_events: Option<i64>,
     /// Now minus the newest applied event's time (`None` before one was applied).
     pub behind_seconds: Option<f64>,
 }
 
 impl Status {
-    /// The status now, from `metrics`; `kafka` says whether events behind is known.
-    pub fn now(metrics: &Metrics, kafka: bool) -> Status {
+    /// The status now, from `metrics`; `counted` says whether events behind is known (Kafka
+    /// and http count it, a webhook receiver cannot).
+    pub fn now(metrics: &Metrics, counted: bool) -> Status {
         let now_ms = chrono::Utc::now().timestamp_millis();
         Status {
             applied: metrics.count("applied"),
             stale: metrics.count("stale"),
             subjects: metrics.subjects.with_label_values(&["present"]).get(),
-            behind_events: kafka.then(|| metrics.behind_events.get()),
+            behind_events: counted.then(|| metrics.behind_events.get()),
             behind_seconds: metrics.seconds_behind(now_ms),
         }
     }
@@ -53,8 +55,8 @@ impl Status {
     }
 }
 
-/// Report progress until the task is dropped or aborted.
-pub async fn report(metrics: Arc<Metrics>, kafka: bool) {
+/// Report progress until the task is dropped or aborted; `counted` as for [`Status::now`].
+pub async fn report(metrics: Arc<Metrics>, counted: bool) {
     let terminal = std::io::stderr().is_terminal();
     let every = if terminal {
         Duration::from_secs(1)
@@ -65,7 +67,7 @@ pub async fn report(metrics: Arc<Metrics>, kafka: bool) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tick.tick().await;
-        let status = Status::now(&metrics, kafka);
+        let status = Status::now(&metrics, counted);
         if terminal {
             let mut err = std::io::stderr().lock();
             let _ = write!(err, "\r\x1b[2K{}", status.line());

@@ -1,9 +1,9 @@
 //! The replica file: the replica and the consumer's progress in one JSON document, replaced
 //! atomically.
 //!
-//! One file holds both so that they can never disagree: a Kafka consumer's next offsets are
-//! those of the events the replica holds, so after a kill -9 it resumes exactly where the
-//! file it reloads stops (nothing lost, and nothing applied twice in effect: the rule makes a
+//! One file holds both so that they can never disagree: a Kafka consumer's next offsets (an
+//! http watcher's positions) are those of the events the replica holds, so after a kill -9 it
+//! resumes exactly where the file it reloads stops (nothing lost, and nothing applied twice in effect: the rule makes a
 //! re-read event stale anyway). A write goes to a temporary file in the same directory,
 //! fsynced, renamed over the old one, then the directory is fsynced: a crash at any point
 //! leaves the old file or the new one, never a mix. A file that does not parse is an error,
@@ -51,6 +51,11 @@ pub struct Progress {
     /// until it is answered 2xx, so it needs none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kafka: Option<KafkaProgress>,
+    /// An http watcher's position in each node's events, by the node's URL (as
+    /// [`http::NodeUrl`](super::http::NodeUrl) writes it). Absent from files written before
+    /// it existed, and left out when empty, so those files read and write as they were.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub http: BTreeMap<String, WatchPosition>,
 }
 
 /// A Kafka consumer's position in its topic.
@@ -62,6 +67,18 @@ pub struct KafkaProgress {
     /// Per partition, the offset of the next record to read (every record before it is in
     /// the replica).
     pub next: BTreeMap<i32, i64>,
+}
+
+/// Where an http watcher is in one node's events: every event up to `position` of
+/// `incarnation` is in the replica (or was filtered out by the node).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WatchPosition {
+    /// The seq to resume after (`?after=`).
+    pub position: u64,
+    /// The incarnation of the store that served it (`?incarnation=`): a node restored from a
+    /// backup behind it answers 410 instead of serving other events at the same seqs.
+    pub incarnation: String,
 }
 
 /// Why a replica file could not be read or written.

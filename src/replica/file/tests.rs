@@ -22,6 +22,7 @@ fn sample() -> ReplicaFile {
             topic: "events".into(),
             next: [(0, 12), (1, 0)].into(),
         }),
+        http: BTreeMap::new(),
     };
     ReplicaFile {
         format: FORMAT,
@@ -109,4 +110,77 @@ fn a_bare_file_name_is_written_in_the_current_directory() {
     assert_eq!(directory(Path::new("/a/replica.json")), Path::new("/a"));
     let e = save(Path::new("/"), &sample()).unwrap_err();
     assert!(matches!(e, FileError::Io { .. }), "{e}");
+}
+
+/// A replica kept by `follow http` from two nodes.
+fn watched() -> ReplicaFile {
+    let mut file = sample();
+    file.progress.kafka = None;
+    let at = |position, incarnation: &str| WatchPosition {
+        position,
+        incarnation: incarnation.into(),
+    };
+    file.progress.http = [
+        ("http://a:8080".to_owned(), at(42, "0b6e")),
+        ("http://b:8080".to_owned(), at(7, "91fa")),
+    ]
+    .into();
+    file
+}
+
+#[test]
+fn http_positions_are_this_json_and_reload_equal() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("replica.json");
+    save(&path, &watched()).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let expected = concat!(
+        r#"{"format":1,"progress":{"http":{"#,
+        r#""http://a:8080":{"position":42,"incarnation":"0b6e"},"#,
+        r#""http://b:8080":{"position":7,"incarnation":"91fa"}}},"#
+    );
+    assert!(text.starts_with(expected), "{text}");
+    assert_eq!(load(&path).unwrap(), Some(watched()));
+}
+
+#[test]
+fn a_file_without_http_positions_reads_and_writes_as_before() {
+    // Written before the section existed (a Kafka replica), or by the webhook receiver.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("replica.json");
+    let before = String::from_utf8(encode(&sample())).unwrap();
+    assert!(!before.contains("http"), "an empty section is left out");
+    std::fs::write(&path, &before).unwrap();
+    let read = load(&path).unwrap().unwrap();
+    assert!(read.progress.http.is_empty());
+    assert_eq!(String::from_utf8(encode(&read)).unwrap(), before);
+    let webhook = "{\"format\":1,\"progress\":{},\"replica\":{\"subjects\":{}}}";
+    std::fs::write(&path, webhook).unwrap();
+    assert_eq!(load(&path).unwrap(), Some(ReplicaFile::default()));
+}
+
+#[test]
+fn a_damaged_http_position_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("replica.json");
+    let good = String::from_utf8(encode(&watched())).unwrap();
+    let cases = [
+        (
+            good.replace(r#""position":42,"#, ""),
+            "progress.http.http://a:8080: missing field `position`",
+        ),
+        (
+            good.replace(r#","incarnation":"91fa""#, ""),
+            "missing field `incarnation`",
+        ),
+        (
+            good.replace(r#""position":7"#, r#""position":-7"#),
+            "progress.http.http://b:8080.position",
+        ),
+    ];
+    for (text, says) in cases {
+        std::fs::write(&path, &text).unwrap();
+        let shown = load(&path).unwrap_err().to_string();
+        assert!(shown.contains(says), "{shown} should say {says}");
+    }
 }
