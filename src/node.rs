@@ -15,6 +15,7 @@ use crate::audit::{SystemClock, Trail, TrailOptions};
 use crate::config::Config;
 use crate::config::RemoteStoreKind;
 use crate::lifecycle;
+use crate::lifecycle::watch::Watch;
 use crate::store::Store;
 use crate::subjects::remote::refresh::{self, RefreshOptions, Refreshable};
 use crate::subjects::remote::{drift, loss};
@@ -197,6 +198,21 @@ async fn serve_on(
             stop.clone(),
         ));
     }
+    // Watchers' streams end when the stop begins, so their connections close within it.
+    let watchers_stop = CancellationToken::new();
+    let (watch, tail) = Watch::start(
+        trail,
+        &config.node.uri,
+        config.api.max_watchers,
+        watchers_stop.clone(),
+    );
+    let shutdown = {
+        let watchers_stop = watchers_stop.clone();
+        async move {
+            shutdown.await;
+            watchers_stop.cancel();
+        }
+    };
     let ready = Arc::new(AtomicBool::new(false));
     let work = TaskTracker::new();
     let state = AppState::new(Shared {
@@ -204,6 +220,7 @@ async fn serve_on(
         ready: ready.clone(),
         admin: Arc::new(admin),
         flagging: config.lifecycle.enabled,
+        watch,
         lifecycle: publisher.clone(),
         backup_dir: config.node.backup_dir.clone(),
         routes,
@@ -219,6 +236,8 @@ async fn serve_on(
     let limits = config.api.connection_limits();
     crate::server::serve(listener, api::router(state), limits, shutdown).await;
     ready.store(false, Ordering::Release);
+    watchers_stop.cancel();
+    let _ = tail.await;
     // Checked before the writer is asked to stop: then it stops on purpose.
     let writer_died = !trail.is_taking_changes();
     crate::telemetry::node::stopping();

@@ -189,7 +189,7 @@ fn announce(out: &mut dyn Write, token: &str, path: &Path) -> std::io::Result<()
     writeln!(
         out,
         "ankusa: no api.tokens configured: made the admin token `{ADMIN_TOKEN_NAME}` \
-         (admin:read admin:write audit:read).\n\
+         (admin:read admin:write audit:read events:read).\n\
          ankusa: it is shown only this once; the node keeps only its SHA-256 digest, in {}.\n\
          ankusa: (delete that file and restart to make a new one)\n\
          ANKUSA_TOKEN={token}",
@@ -200,8 +200,13 @@ fn announce(out: &mut dyn Write, token: &str, path: &Path) -> std::io::Result<()
 
 /// A scope a route requires, as a type.
 pub trait RequiredScope: Send + Sync + 'static {
-    /// The scope.
+    /// The scope (a caller without it is told it lacks this one).
     const SCOPE: Scope;
+
+    /// Whether `caller` may call the route: it holds [`Self::SCOPE`].
+    fn admits(caller: &Caller) -> bool {
+        caller.has(Self::SCOPE)
+    }
 }
 
 /// `admin:read`.
@@ -222,6 +227,27 @@ impl RequiredScope for AdminWrite {
 }
 impl RequiredScope for AuditRead {
     const SCOPE: Scope = Scope::AuditRead;
+}
+
+/// `events:read`.
+#[derive(Debug)]
+pub struct EventsRead;
+
+impl RequiredScope for EventsRead {
+    const SCOPE: Scope = Scope::EventsRead;
+}
+
+/// `admin:write` or `events:read`: a snapshot, which an operator takes and a consumer asks
+/// for to relist.
+#[derive(Debug)]
+pub struct Relist;
+
+impl RequiredScope for Relist {
+    const SCOPE: Scope = Scope::EventsRead;
+
+    fn admits(caller: &Caller) -> bool {
+        caller.has(Scope::AdminWrite) || caller.has(Scope::EventsRead)
+    }
 }
 
 /// An extractor that admits only a caller with a valid token holding scope `S`.
@@ -245,7 +271,7 @@ impl<S: RequiredScope> FromRequestParts<AppState> for Authorized<S> {
             telemetry::api::request_unauthenticated("unknown token", request_id);
             return Err(ApiError::Unauthorized);
         };
-        if !caller.has(S::SCOPE) {
+        if !S::admits(&caller) {
             telemetry::api::request_forbidden(&caller.name, S::SCOPE, request_id);
             return Err(ApiError::Forbidden(S::SCOPE));
         }

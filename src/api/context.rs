@@ -16,6 +16,7 @@
 //!   ignored, as the W3C spec says, never a 400: a caller's tracing must not refuse a
 //!   change. The [`trace`] middleware runs inside [`request_id`], so the span names the id.
 
+use std::marker::PhantomData;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
@@ -27,7 +28,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use tracing::Instrument;
 
-use super::auth::{AdminWrite, Authorized};
+use super::auth::{AdminWrite, Authorized, RequiredScope};
 use super::error::ApiError;
 use super::AppState;
 use crate::audit::{Context, Trace};
@@ -234,28 +235,29 @@ fn is_port(port: &str) -> bool {
     obfuscated || (port.bytes().all(|b| b.is_ascii_digit()) && port.parse::<u16>().is_ok())
 }
 
-/// The context of a change: an `admin:write` caller and where it asked from.
+/// The context of a change: a caller with scope `S` (`admin:write` unless a route says
+/// otherwise) and where it asked from.
 #[derive(Debug, Clone)]
-pub struct WriteContext {
+pub struct WriteContext<S = AdminWrite> {
     /// Who asked, and from where.
     pub ctx: Context,
     /// Whether the caller may also read subjects (`admin:read`): a write answers with the
     /// subject's view only then, so that a write-only token cannot read through a change
     /// (a PATCH that changes nothing answers the whole subject).
     pub reads: bool,
+    scope: PhantomData<S>,
 }
 
-impl FromRequestParts<AppState> for WriteContext {
+impl<S: RequiredScope> FromRequestParts<AppState> for WriteContext<S> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let caller = Authorized::<AdminWrite>::from_request_parts(parts, state)
-            .await?
-            .0;
+        let caller = Authorized::<S>::from_request_parts(parts, state).await?.0;
         let origin = Origin::from_request_parts(parts, state).await?;
         Ok(WriteContext {
             ctx: origin.context(&caller.name),
             reads: caller.has(Scope::AdminRead),
+            scope: PhantomData,
         })
     }
 }

@@ -20,6 +20,10 @@ use crate::telemetry;
 /// How long a caller refused for the audit backlog should wait, in seconds.
 pub const BACKLOG_RETRY_AFTER_SECS: u32 = 60;
 
+/// The `Retry-After` of a watcher refused at `api.max_watchers`: long-polls end within
+/// seconds, so a place frees soon.
+pub const WATCHERS_RETRY_AFTER_SECS: u32 = 5;
+
 /// An error as the API caller sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ApiError {
@@ -60,6 +64,17 @@ pub enum ApiError {
     UnsupportedMediaType,
     /// 408: the body did not arrive within `api.body_timeout`; nothing was changed.
     BodyTimeout,
+    /// 410: a watcher's position cannot be served (`position_gone`): it relists.
+    Gone {
+        /// Why.
+        message: String,
+        /// The lowest position served.
+        oldest: u64,
+        /// The incarnation at `oldest`.
+        incarnation: uuid::Uuid,
+    },
+    /// 503: `api.max_watchers` watch already.
+    TooManyWatchers(usize),
     /// 503: the request took longer than `api.request_timeout` (work it started goes on).
     RequestTimeout,
     /// 503: the store cannot take or serve the request.
@@ -103,7 +118,9 @@ impl ApiError {
             ApiError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
-            ApiError::StoreUnavailable
+            ApiError::Gone { .. } => StatusCode::GONE,
+            ApiError::TooManyWatchers(_)
+            | ApiError::StoreUnavailable
             | ApiError::AuditBacklog
             | ApiError::RequestTimeout
             | ApiError::Busy => StatusCode::SERVICE_UNAVAILABLE,
@@ -126,6 +143,8 @@ impl ApiError {
             ApiError::UnsupportedMediaType => "unsupported_media_type",
             ApiError::BodyTimeout => "body_timeout",
             ApiError::RequestTimeout => "request_timeout",
+            ApiError::Gone { .. } => "position_gone",
+            ApiError::TooManyWatchers(_) => "too_many_watchers",
             ApiError::StoreUnavailable => "store_unavailable",
             ApiError::AuditBacklog => "audit_backlog",
             ApiError::Busy => "busy",
@@ -133,7 +152,8 @@ impl ApiError {
         }
     }
 
-    fn body(&self) -> Value {
+    /// The JSON body of the answer.
+    pub fn body(&self) -> Value {
         let (message, field) = match self {
             ApiError::BadRequest { field, message } => (message.clone(), field.clone()),
             ApiError::Invalid { field, message } => {
@@ -183,11 +203,25 @@ impl ApiError {
                 "every connection this client may hold is in use; retry shortly".into(),
                 None,
             ),
+            ApiError::Gone { message, .. } => (message.clone(), None),
+            ApiError::TooManyWatchers(max) => (
+                format!("{max} watchers already (api.max_watchers); retry shortly"),
+                None,
+            ),
             ApiError::Internal => ("internal error".into(), None),
         };
         let mut body = json!({"error": self.code(), "message": message});
         if let Some(field) = field {
             body["field"] = Value::String(field);
+        }
+        if let ApiError::Gone {
+            oldest,
+            incarnation,
+            ..
+        } = self
+        {
+            body["oldest"] = json!(oldest);
+            body["incarnation"] = json!(incarnation);
         }
         body
     }
@@ -202,6 +236,12 @@ impl IntoResponse for ApiError {
                 headers.insert(
                     header::RETRY_AFTER,
                     HeaderValue::from(BACKLOG_RETRY_AFTER_SECS),
+                );
+            }
+            ApiError::TooManyWatchers(_) => {
+                headers.insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(WATCHERS_RETRY_AFTER_SECS),
                 );
             }
             ApiError::Unauthorized => {

@@ -13,7 +13,7 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::auth::{AdminRead, Authorized};
+use super::auth::{AdminRead, Authorized, Relist};
 use super::context::WriteContext;
 use super::error::ApiError;
 use super::extract::{ApiPath, ApiQuery, OptionalJson};
@@ -36,7 +36,8 @@ pub struct LetterQuery {
 
 /// `GET /admin/v1/lifecycle`: the global cursor, the last seq, the backlog, every sink's
 /// position and state, the incarnation history, and the trail's usage against its ceilings
-/// (rows, bytes, refusals, pruned rows, rows the cursor keeps).
+/// (rows, bytes, refusals, pruned rows, rows the cursor keeps), and each watcher's position
+/// and lag.
 pub async fn status(
     _: Authorized<AdminRead>,
     State(state): State<AppState>,
@@ -58,6 +59,7 @@ pub async fn status(
         "sinks": sinks,
         "incarnations": state.trail.history(),
         "trail": trail,
+        "watchers": state.watch.statuses(),
     })))
 }
 
@@ -152,12 +154,12 @@ pub struct NewSnapshot {
 }
 
 /// `POST /admin/v1/lifecycle/snapshot`: publish the present state of every route and source
-/// (or of `kinds`) as a snapshot. 202 with the snapshot, which runs on after the answer, and
+/// (or of `kinds`) as a snapshot: `admin:write`, or `events:read` for a consumer that relists. 202 with the snapshot, which runs on after the answer, and
 /// `X-Audit-Seq` the seq of its `snapshot.request` row;
 /// 409 `snapshot_in_progress` while one runs (`conflict` with lifecycle events off). One audit row (`snapshot.request`); the
 /// snapshot's own rows are system rows, never refused.
 pub async fn snapshot(
-    WriteContext { ctx, .. }: WriteContext,
+    WriteContext { ctx, .. }: WriteContext<Relist>,
     State(state): State<AppState>,
     OptionalJson(body): OptionalJson<NewSnapshot>,
 ) -> Result<Response, ApiError> {

@@ -13,6 +13,7 @@ pub mod auth;
 pub mod backups;
 pub mod context;
 pub mod error;
+pub mod events;
 pub mod extract;
 pub mod lifecycle;
 pub mod limits;
@@ -74,6 +75,8 @@ pub struct Shared {
     pub admin: Arc<AdminState>,
     /// Whether changes are flagged for lifecycle events (`lifecycle.enabled`).
     pub flagging: bool,
+    /// The watchers of the lifecycle events over HTTP.
+    pub watch: crate::lifecycle::watch::Watch,
     /// The lifecycle publisher, when sinks are configured (whether or not changes are still
     /// flagged: it delivers what the outbox holds).
     pub lifecycle: Option<Arc<crate::lifecycle::Publisher>>,

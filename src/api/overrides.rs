@@ -14,7 +14,7 @@ use crate::subjects::overrides::{self, SetOverride};
 
 /// `PUT`: set the override of a key (201 when new, 200 when replaced or unchanged).
 pub async fn set(
-    WriteContext { ctx, reads }: WriteContext,
+    WriteContext { ctx, reads, .. }: WriteContext,
     State(state): State<AppState>,
     ApiPath((tenant, key)): ApiPath<(String, String)>,
     IfMatchHeader(if_match): IfMatchHeader,
@@ -31,7 +31,7 @@ pub async fn set(
 
 /// `DELETE`: delete the override of a key (204; honours `If-Match`).
 pub async fn delete(
-    WriteContext { ctx, reads }: WriteContext,
+    WriteContext { ctx, reads, .. }: WriteContext,
     State(state): State<AppState>,
     ApiPath((tenant, key)): ApiPath<(String, String)>,
     IfMatchHeader(if_match): IfMatchHeader,

@@ -13,7 +13,7 @@ use crate::subjects::quarantine::{self, NewQuarantine};
 
 /// `POST`: add an entry (201; 409 `already_exists`).
 pub async fn add(
-    WriteContext { ctx, reads }: WriteContext,
+    WriteContext { ctx, reads, .. }: WriteContext,
     State(state): State<AppState>,
     ApiPath(tenant): ApiPath<String>,
     ApiJson(body): ApiJson<NewQuarantine>,
@@ -24,7 +24,7 @@ pub async fn add(
 
 /// `DELETE`: remove an entry (204; honours `If-Match`).
 pub async fn remove(
-    WriteContext { ctx, reads }: WriteContext,
+    WriteContext { ctx, reads, .. }: WriteContext,
     State(state): State<AppState>,
     ApiPath((tenant, id)): ApiPath<(String, String)>,
     IfMatchHeader(if_match): IfMatchHeader,

@@ -14,7 +14,7 @@ use crate::subjects::replay::{self, NewReplay};
 /// `POST`: create a pending job (201; 409 `already_exists`; 422 when the source is
 /// missing).
 pub async fn create(
-    WriteContext { ctx, reads }: WriteContext,
+    WriteContext { ctx, reads, .. }: WriteContext,
     State(state): State<AppState>,
     ApiPath(tenant): ApiPath<String>,
     ApiJson(body): ApiJson<NewReplay>,
@@ -30,7 +30,7 @@ pub async fn create(
 /// `POST .../{id}/cancel`: cancel a pending or running job (409 `conflict` otherwise;
 /// honours `If-Match`).
 pub async fn cancel(
-    WriteContext { ctx, reads }: WriteContext,
+    WriteContext { ctx, reads, .. }: WriteContext,
     State(state): State<AppState>,
     ApiPath((tenant, id)): ApiPath<(String, String)>,
     IfMatchHeader(if_match): IfMatchHeader,

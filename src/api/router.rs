@@ -12,8 +12,8 @@ use axum::routing::{self, MethodRouter};
 use axum::Router;
 
 use super::{
-    audit, backups, lifecycle, overrides, quarantine, replay, routes, schemas, sources, stores,
-    subject, AppState,
+    audit, backups, events, lifecycle, overrides, quarantine, replay, routes, schemas, sources,
+    stores, subject, AppState,
 };
 use crate::subjects::overrides::Override;
 use crate::subjects::quarantine::Quarantine;
@@ -133,6 +133,7 @@ pub fn admin() -> (Router<AppState>, Vec<(Method, &'static str)>) {
     .get("/admin/v1/audit/{seq}", audit::get)
     .get("/admin/v1/audit/{seq}/proof", audit::proof)
     .get("/admin/v1/lifecycle", lifecycle::status)
+    .get("/admin/v1/lifecycle/events", events::watch)
     .get(
         "/admin/v1/lifecycle/sinks/{sink}/dead-letters",
         lifecycle::list_letters,

@@ -39,7 +39,7 @@ pub async fn get(
 
 /// `POST`: create a route (201; 409 `already_exists`).
 pub async fn create(
-    WriteContext { ctx, reads }: WriteContext,
+    WriteContext { ctx, reads, .. }: WriteContext,
     State(state): State<AppState>,
     ApiPath(tenant): ApiPath<String>,
     ApiJson(body): ApiJson<NewRoute>,
@@ -50,7 +50,7 @@ pub async fn create(
 
 /// `PATCH .../{id}`: replace the fields the body names (honours `If-Match`).
 pub async fn update(
-    WriteContext { ctx, reads }: WriteContext,
+    WriteContext { ctx, reads, .. }: WriteContext,
     State(state): State<AppState>,
     ApiPath((tenant, id)): ApiPath<(String, String)>,
     IfMatchHeader(if_match): IfMatchHeader,
@@ -62,7 +62,7 @@ pub async fn update(
 
 /// `DELETE .../{id}`: delete a route (204; honours `If-Match`).
 pub async fn delete(
-    WriteContext { ctx, reads }: WriteContext,
+    WriteContext { ctx, reads, .. }: WriteContext,
     State(state): State<AppState>,
     ApiPath((tenant, id)): ApiPath<(String, String)>,
     IfMatchHeader(if_match): IfMatchHeader,

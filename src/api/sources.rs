@@ -45,7 +45,7 @@ pub async fn get(
 
 /// `POST`: create a source (201; 409 `already_exists`).
 pub async fn create(
-    WriteContext { ctx, reads }: WriteContext,
+    WriteContext { ctx, reads, .. }: WriteContext,
     State(state): State<AppState>,
     ApiPath(tenant): ApiPath<String>,
     ApiJson(body): ApiJson<NewSource>,
@@ -59,7 +59,7 @@ pub async fn create(
 
 /// `PATCH`: replace the fields the body names (honours `If-Match`).
 pub async fn update(
-    WriteContext { ctx, reads }: WriteContext,
+    WriteContext { ctx, reads, .. }: WriteContext,
     State(state): State<AppState>,
     ApiPath((tenant, id)): ApiPath<(String, String)>,
     IfMatchHeader(if_match): IfMatchHeader,
@@ -74,7 +74,7 @@ pub async fn update(
 
 /// `DELETE`: delete a source (204; honours `If-Match`).
 pub async fn delete(
-    WriteContext { ctx, reads }: WriteContext,
+    WriteContext { ctx, reads, .. }: WriteContext,
     State(state): State<AppState>,
     ApiPath((tenant, id)): ApiPath<(String, String)>,
     IfMatchHeader(if_match): IfMatchHeader,

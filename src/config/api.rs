@@ -49,6 +49,9 @@ pub struct ApiConfig {
     pub shutdown_grace: Duration,
     /// Peers whose `X-Forwarded-For` is believed (IPs or CIDRs). Anyone else's is ignored.
     pub trusted_proxies: Vec<TrustedProxy>,
+    /// Watchers of the lifecycle events at once (long-polls and streams); one more is
+    /// answered 503 `too_many_watchers`.
+    pub max_watchers: usize,
     /// Bearer tokens. Empty: the node makes one admin token on first start (see
     /// `api::auth`).
     pub tokens: Vec<TokenConfig>,
@@ -78,11 +81,20 @@ pub enum Scope {
     /// Read the audit trail.
     #[serde(rename = "audit:read")]
     AuditRead,
+    /// Watch the lifecycle events (`GET /admin/v1/lifecycle/events`) and ask for a snapshot
+    /// to relist: what a consumer needs, and nothing else.
+    #[serde(rename = "events:read")]
+    EventsRead,
 }
 
 impl Scope {
     /// Every scope (the first-start admin token has them all).
-    pub const ALL: [Scope; 3] = [Scope::AdminRead, Scope::AdminWrite, Scope::AuditRead];
+    pub const ALL: [Scope; 4] = [
+        Scope::AdminRead,
+        Scope::AdminWrite,
+        Scope::AuditRead,
+        Scope::EventsRead,
+    ];
 
     /// The scope's name, as configured.
     pub fn as_str(self) -> &'static str {
@@ -90,6 +102,7 @@ impl Scope {
             Scope::AdminRead => "admin:read",
             Scope::AdminWrite => "admin:write",
             Scope::AuditRead => "audit:read",
+            Scope::EventsRead => "events:read",
         }
     }
 }
@@ -176,6 +189,9 @@ impl ApiConfig {
         }
         if self.reserved_connections > MAX_RESERVED {
             return invalid("api.reserved_connections", "must be between 0 and 4096");
+        }
+        if !MAX_CONNECTIONS_RANGE.contains(&self.max_watchers) {
+            return invalid("api.max_watchers", "must be between 1 and 65536");
         }
         if self.shutdown_grace > *TIMEOUT_RANGE.end() {
             return invalid("api.shutdown_grace", "must be at most 1h");

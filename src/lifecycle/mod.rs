@@ -3,13 +3,15 @@
 //! The writer flags their rows and writes the redacted entity beside each at `o`+seq, in the
 //! row's batch (the outbox). This module reads the outbox in seq order ([`outbox`]), builds
 //! the events ([`event`]) and delivers them through the sinks of the `ankusa-sinks` crate
-//! ([`publisher`]), moving each sink's position only over what it confirmed.
+//! ([`publisher`]), moving each sink's position only over what it confirmed, and serves them
+//! to watchers over HTTP ([`watch`]), who move nothing.
 
 pub mod dead_letters;
 pub mod event;
 pub mod outbox;
 pub mod publisher;
 pub mod status;
+pub mod watch;
 
 pub use publisher::{EnableRefused, Publisher, PublisherOptions, SinkSpec};
 pub use status::{SinkState, SinkStatus};

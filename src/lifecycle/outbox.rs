@@ -97,6 +97,22 @@ pub struct Visited {
     pub last: Option<u64>,
 }
 
+impl Visited {
+    /// The last seq a page of at most `limit` entities after `after` covers, and whether it
+    /// was full (more may follow at once), with `committed` the last seq committed before the
+    /// read began. A full page covers up to its last entity; one that is not full covers up
+    /// to `committed` too (every row up to it was visible, so none after the page's entities
+    /// is flagged). Moving a position over it lets it pass a run of changes that publish
+    /// nothing.
+    pub fn covered(&self, limit: usize, after: u64, committed: u64) -> (Option<u64>, bool) {
+        let full = self.entities >= limit;
+        if !full && committed > after {
+            return (Some(self.last.unwrap_or(0).max(committed)), false);
+        }
+        (self.last, full)
+    }
+}
+
 /// Visit up to `limit` flagged rows with seq greater than `after`, in seq order, each with its
 /// redacted entity: the stored JSON bytes, spliced into the event's data as they are. Both
 /// are lent from the store's walks, so a page is read without a copy of either.

@@ -6,7 +6,8 @@
 //! One file per area: [`audit`] (`ankusa_audit_*`: the writer, the trail's usage and
 //! ceilings, retention), [`dual`] (`ankusa_audit_pending_*`, `ankusa_audit_settlement_*`:
 //! dual writes and their settlement), [`lifecycle`] (`ankusa_lifecycle_*`: the publisher and
-//! its sinks), [`remote`] (`ankusa_remote_*`: the remote stores' refresh after a restore),
+//! its sinks), [`watch`] (`ankusa_lifecycle_watch*`: the watchers of the events over HTTP),
+//! [`remote`] (`ankusa_remote_*`: the remote stores' refresh after a restore),
 //! [`api`] (the admin API's log lines; it has no metrics), and [`trace`] (the trace context of
 //! requests and changes, and the export of spans). A caller names the area and the
 //! event: `telemetry::<area>::<what happened>(..)` (`telemetry::dual::pending_begun()`,
@@ -39,6 +40,7 @@ pub mod lifecycle;
 pub mod node;
 pub mod remote;
 pub mod trace;
+pub mod watch;
 
 use std::sync::LazyLock;
 
@@ -155,7 +157,7 @@ fn register<M: Collector + Clone + 'static>(metric: prometheus::Result<M>) -> M 
 mod tests {
     /// Every metric the node exports with its labels, as dashboards and alerts know them
     /// (histograms also have `le`). A name here changes only with the operators' runbook.
-    const METRICS: [&str; 42] = [
+    const METRICS: [&str; 46] = [
         "ankusa_api_connections_closed_total{reason}",
         "ankusa_audit_ceiling{ceiling}",
         "ankusa_audit_checkpoint_size",
@@ -190,6 +192,10 @@ mod tests {
         "ankusa_lifecycle_sink_lag_seconds{sink}",
         "ankusa_lifecycle_sink_position{sink}",
         "ankusa_lifecycle_sink_state{sink,state}",
+        "ankusa_lifecycle_watch_events_total",
+        "ankusa_lifecycle_watch_lag_seqs",
+        "ankusa_lifecycle_watch_refused_total",
+        "ankusa_lifecycle_watchers",
         "ankusa_remote_drift_failures_total{kind}",
         "ankusa_remote_drift_scanned_total{kind}",
         "ankusa_remote_drift_total{kind}",
@@ -222,6 +228,7 @@ mod tests {
         super::dual::touch_every_metric();
         super::lifecycle::touch_every_metric();
         super::remote::touch_every_metric();
+        super::watch::touch_every_metric();
         let rendered = super::render();
         let mut names: Vec<&str> = rendered
             .lines()

@@ -126,10 +126,6 @@ fn read_page(outbox: &Outbox, after: u64, committed: u64) -> Result<Page, StoreE
             Err(e) => telemetry::lifecycle::event_not_built(&e),
         },
     )?;
-    page.last = visited.last;
-    page.full = visited.entities >= limit;
-    if !page.full && committed > after {
-        page.last = Some(page.last.unwrap_or(0).max(committed));
-    }
+    (page.last, page.full) = visited.covered(limit, after, committed);
     Ok(page)
 }

@@ -14,3 +14,4 @@ mod secrets;
 mod sources;
 mod subjects;
 mod trace;
+mod watch;

@@ -22,11 +22,13 @@ pub const READER: &str = "tok-reader-91ab07";
 pub const WRITER: &str = "tok-writer-44e0c1";
 /// `audit:read` only.
 pub const AUDITOR: &str = "tok-auditor-d2f9aa";
+/// `events:read` only: a consumer watching the lifecycle events.
+pub const WATCHER: &str = "tok-watcher-5c3e80";
 /// Every test token.
-pub const TOKENS: [&str; 4] = [ADMIN, READER, WRITER, AUDITOR];
+pub const TOKENS: [&str; 5] = [ADMIN, READER, WRITER, AUDITOR, WATCHER];
 
 /// The node's configuration for a test: the embedded default, with the store in `dir`, the
-/// four test tokens, and no lifecycle sinks (the outbox is still written), then `tweak`.
+/// five test tokens, and no lifecycle sinks (the outbox is still written), then `tweak`.
 pub fn config(dir: &Path, tweak: impl FnOnce(&mut Value)) -> Config {
     use figment::providers::Format as _;
     let mut v: Value = figment::Figment::from(figment::providers::Toml::string(
@@ -41,6 +43,7 @@ pub fn config(dir: &Path, tweak: impl FnOnce(&mut Value)) -> Config {
         {"name": "reader", "sha256": digest_hex(READER), "scopes": ["admin:read"]},
         {"name": "writer", "sha256": digest_hex(WRITER), "scopes": ["admin:write"]},
         {"name": "auditor", "sha256": digest_hex(AUDITOR), "scopes": ["audit:read"]},
+        {"name": "watcher", "sha256": digest_hex(WATCHER), "scopes": ["events:read"]},
     ]);
     if v["lifecycle"].get("sinks").is_some() {
         v["lifecycle"]["sinks"] = json!([]);
