@@ -15,3 +15,4 @@ mod sources;
 mod subjects;
 mod trace;
 mod watch;
+mod watch_slow;

@@ -6,3 +6,4 @@ mod kafka_mock;
 pub(crate) mod publisher;
 mod shared_store;
 pub(crate) mod snapshot;
+mod watch;
