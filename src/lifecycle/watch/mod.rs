@@ -302,10 +302,11 @@ impl Watcher {
         let mut moved = inner.shared.moved.subscribe();
         loop {
             moved.borrow_and_update();
-            let page = self.page(after, filter, limit).await?;
+            let last = Instant::now() >= until || inner.stop.is_cancelled();
+            let page = self.page(after, filter, limit, last).await?;
             self.position.store(page.position, Ordering::Relaxed);
             let behind_tail = page.position < *moved.borrow();
-            if !page.events.is_empty() || Instant::now() >= until || inner.stop.is_cancelled() {
+            if !page.events.is_empty() || last {
                 telemetry::watch::served(
                     page.events.len(),
                     page.latest.saturating_sub(page.position),
@@ -325,7 +326,15 @@ impl Watcher {
     }
 
     /// One page after `after`: from the tail when it holds what follows, else the outbox.
-    async fn page(&self, after: u64, filter: &Filter, limit: usize) -> Result<Page, WatchError> {
+    /// A `last` page (no wait follows) is complete up to the commit it names: what the tail
+    /// has not read yet is read from the outbox.
+    async fn page(
+        &self,
+        after: u64,
+        filter: &Filter,
+        limit: usize,
+        last: bool,
+    ) -> Result<Page, WatchError> {
         let inner = &self.watch.0;
         let latest = *inner.committed.borrow();
         let from_tail = {
@@ -333,18 +342,27 @@ impl Watcher {
             (tail.from <= after).then(|| tail.after(after, filter, limit))
         };
         let (events, position) = match from_tail {
-            Some(found) => found,
-            None => {
-                let (outbox, filter) = (inner.outbox.clone(), filter.clone());
-                let read = crate::store::blocking::run("a watcher's page", move || {
-                    read::behind(&outbox, after, &filter, limit, latest)
-                })
-                .await??;
-                match read {
-                    Ok(read) => (read.events, read.position),
-                    Err(oldest) => return Err(self.watch.gone(GoneWhy::Deleted, oldest)),
+            Some((mut events, position)) => {
+                if last && events.len() < limit && position < latest {
+                    // Rows after the tail's end were all there a moment ago: a deletion
+                    // since is found by the next call.
+                    if let Ok(more) = self
+                        .read(position, filter, limit - events.len(), latest)
+                        .await?
+                    {
+                        events.extend(more.events);
+                        (events, more.position)
+                    } else {
+                        (events, position)
+                    }
+                } else {
+                    (events, position)
                 }
             }
+            None => match self.read(after, filter, limit, latest).await? {
+                Ok(read) => (read.events, read.position),
+                Err(oldest) => return Err(self.watch.gone(GoneWhy::Deleted, oldest)),
+            },
         };
         Ok(Page {
             events,
@@ -353,5 +371,22 @@ impl Watcher {
             // The tail may have read a commit after `latest` was.
             latest: latest.max(position),
         })
+    }
+
+    /// The outbox after `after` up to `latest`, read on the blocking pool (`Err(oldest)`:
+    /// rows after `after` were deleted).
+    async fn read(
+        &self,
+        after: u64,
+        filter: &Filter,
+        limit: usize,
+        latest: u64,
+    ) -> Result<Result<read::Read, u64>, WatchError> {
+        let (outbox, filter) = (self.watch.0.outbox.clone(), filter.clone());
+        let read = crate::store::blocking::run("a watcher's page", move || {
+            read::behind(&outbox, after, &filter, limit, latest)
+        })
+        .await??;
+        Ok(read)
     }
 }

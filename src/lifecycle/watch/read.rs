@@ -39,8 +39,8 @@ pub(super) struct Read {
     pub(super) full: bool,
 }
 
-/// Up to `limit` outbox entities after `after`, with `committed` the last seq committed
-/// before the read: each built into its event, serialized as the sinks' structured mode
+/// Up to `limit` outbox entities after `after` and up to `committed` (the last seq committed
+/// before the read): each built into its event, serialized as the sinks' structured mode
 /// writes it (so every watcher and every retry gets the same bytes).
 pub(super) fn read(
     outbox: &Outbox,
@@ -69,10 +69,18 @@ pub(super) fn read(
             Err(e) => telemetry::lifecycle::event_not_built(&e),
         },
     )?;
-    let (last, full) = visited.covered(limit, after, committed);
+    let (last, mut full) = visited.covered(limit, after, committed);
+    let mut position = last.unwrap_or(after).max(after);
+    // Rows written after `committed` was read are not served yet: every watcher hears of a
+    // seq only once the trail has said it is committed, and a position never passes it.
+    if position > committed {
+        events.retain(|e| e.seq <= committed);
+        position = committed.max(after);
+        full = false;
+    }
     Ok(Read {
         events,
-        position: last.unwrap_or(after).max(after),
+        position,
         full,
     })
 }
@@ -152,4 +160,49 @@ pub(super) fn oldest_if_gone(
         Some((seq, _)) => Some(seq - 1),
         None => Some(committed),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::audit::{Change, CommitError, Context, SystemClock, Trail, TrailOptions};
+
+    #[tokio::test]
+    async fn nothing_past_the_committed_seq_is_served_and_the_position_stays_at_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let options = TrailOptions {
+            lifecycle: true,
+            ..TrailOptions::default()
+        };
+        let trail = Trail::start(store.clone(), options, Arc::new(SystemClock)).unwrap();
+        for i in 1..=3 {
+            trail
+                .commit(Context::system(), move |_tx| {
+                    let c = Change::new("route.create", format!("routes/r{i}"))
+                        .entity(json!({"id": i}));
+                    Ok::<_, CommitError<()>>((c, ()))
+                })
+                .await
+                .unwrap();
+        }
+        let outbox = Outbox {
+            store: store.clone(),
+            history: trail.history().clone(),
+            source: "urn:test".into(),
+        };
+        // Row 3 is in the store, but the trail has said only 2 is committed.
+        let read = read(&outbox, 0, 10, 2).unwrap();
+        let seqs: Vec<u64> = read.events.iter().map(|e| e.seq).collect();
+        assert_eq!((seqs, read.position, read.full), (vec![1, 2], 2, false));
+        let read = super::read(&outbox, 2, 10, 2).unwrap();
+        assert_eq!((read.events.len(), read.position), (0, 2));
+        let read = super::read(&outbox, 0, 10, 3).unwrap();
+        assert_eq!((read.events.len(), read.position), (3, 3));
+        trail.shutdown().await;
+    }
 }

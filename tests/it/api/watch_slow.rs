@@ -58,7 +58,7 @@ async fn a_reader_that_stalls_is_cut_off_and_resumes_where_it_was() {
         .await
         .unwrap();
     let driven = tokio::spawn(connection);
-    let request = hyper::Request::get(format!("/admin/v1/lifecycle/events?limit=1000"))
+    let request = hyper::Request::get("/admin/v1/lifecycle/events?limit=1000")
         .header("host", "node")
         .header("authorization", format!("Bearer {WATCHER}"))
         .header("accept", "text/event-stream")
