@@ -17,6 +17,8 @@ really breaks the rule, so a refusal of anything else still fails:
     compared with each other and with the clock); `source` must exist in the tenant (state).
   - addQuarantine: `until` in the future, at most 3660 days ahead (the clock).
   - getAuditConsistency: `from` at most `to` (the two compared).
+  - watchEvents: `wait` at most 50s, `bookmark` 100ms to 300s (durations as text); 410 for a
+    position past the last seq or in another incarnation (the node's state).
 """
 
 import json
@@ -176,17 +178,44 @@ def _time(value):
         return None
 
 
+def _millis(value):
+    """`<n>ms` or `<n>s` (the document's pattern) in milliseconds."""
+    value = str(value)
+    if value.endswith("ms") and value[:-2].isdigit():
+        return int(value[:-2])
+    if value.endswith("s") and value[:-1].isdigit():
+        return int(value[:-1]) * 1000
+    return None
+
+
 def _source_exists(tenant, source):
     r = requests.get(f"{BASE}/admin/v1/tenants/{tenant}/sources/{source}", headers=AUTH, timeout=30)
     return r.status_code == 200
 
 
+def _position_gone(case):
+    """Whether a watch's position is past the node's last seq, or in another incarnation."""
+    after = (case.headers or {}).get("Last-Event-ID", (case.query or {}).get("after", 0))
+    status = requests.get(f"{BASE}/admin/v1/lifecycle", headers=AUTH, timeout=30).json()
+    if int(after) > status["audit_seq"]:
+        return True
+    history = [i for i in status["incarnations"] if i["from"] <= int(after)] or status["incarnations"][:1]
+    asked = (case.query or {}).get("incarnation")
+    return asked is not None and str(asked) != history[-1]["id"]
+
+
 def _documented_refusal(case, response):
     """Whether `response` is a refusal the document states in words only (see the module doc)."""
+    op = case.operation.definition.raw.get("operationId")
+    if op == "watchEvents" and response.status_code == 410:
+        return _position_gone(case)
     if response.status_code != 422:
         return False
     field = (response.json() or {}).get("field")
-    op = case.operation.definition.raw.get("operationId")
+    if op == "watchEvents" and field in ("wait", "bookmark"):
+        ms = _millis((case.query or {}).get(field))
+        low, high = (0, 50_000) if field == "wait" else (100, 300_000)
+        return ms is not None and not low <= ms <= high
     if op == "getAuditConsistency" and field == "from":
         query = case.query or {}
         return int(query.get("from", 0)) > int(query.get("to", 0))

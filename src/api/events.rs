@@ -48,16 +48,14 @@ pub struct WatchQuery {
     pub incarnation: Option<Uuid>,
     /// At most this many events an answer (1 to 1000, default 100).
     pub limit: Option<usize>,
-    /// How long a long-poll waits for an event (default 0s).
-    #[serde(default, with = "humantime_serde")]
-    pub wait: Option<Duration>,
+    /// How long a long-poll waits for an event (default 0s): `<n>ms` or `<n>s`.
+    pub wait: Option<String>,
     /// Event types, comma-separated; one ending in `*` is a prefix.
     pub types: Option<String>,
     /// Only this tenant's events.
     pub tenant: Option<String>,
-    /// A stream's bookmark interval (default 10s).
-    #[serde(default, with = "humantime_serde")]
-    pub bookmark: Option<Duration>,
+    /// A stream's bookmark interval (default 10s): `<n>ms` or `<n>s`.
+    pub bookmark: Option<String>,
 }
 
 /// A long-poll's answer: the events as the sinks send them (their stored bytes, spliced).
@@ -79,37 +77,23 @@ pub async fn watch(
     let filter = Filter::parse(query.types.as_deref(), query.tenant.as_deref())
         .map_err(|e| ApiError::invalid(e.field, e.message))?;
     let limit = page_limit(query.limit)?;
-    let streaming = wants_stream(&headers);
-    let after = match streaming {
-        true => last_event_id(&headers)?.or(query.after),
-        false => query.after,
+    let wait = duration("wait", query.wait.as_deref(), Duration::ZERO)?;
+    let every = duration("bookmark", query.bookmark.as_deref(), DEFAULT_BOOKMARK)?;
+    if wait > MAX_WAIT {
+        return Err(ApiError::invalid("wait", "must be at most 50s"));
     }
-    .unwrap_or(0);
+    if !BOOKMARK_RANGE.contains(&every) {
+        return Err(ApiError::invalid("bookmark", "must be 100ms to 300s"));
+    }
+    let after = last_event_id(&headers)?.or(query.after).unwrap_or(0);
     let watcher = state.watch.join().map_err(watch_error)?;
     watcher
         .check(after, query.incarnation)
         .await
         .map_err(watch_error)?;
-    if streaming {
-        if query.wait.is_some() {
-            return Err(ApiError::invalid(
-                "wait",
-                "a stream does not wait: leave it out",
-            ));
-        }
-        let every = query.bookmark.unwrap_or(DEFAULT_BOOKMARK);
-        if !BOOKMARK_RANGE.contains(&every) {
-            return Err(ApiError::invalid("bookmark", "must be 100ms to 300s"));
-        }
+    if wants_stream(&headers) {
         let stream = stream(state, watcher, after, filter, limit, every);
         return Ok(Sse::new(stream).into_response());
-    }
-    if query.bookmark.is_some() {
-        return Err(ApiError::invalid("bookmark", "only a stream has bookmarks"));
-    }
-    let wait = query.wait.unwrap_or_default();
-    if wait > MAX_WAIT {
-        return Err(ApiError::invalid("wait", "must be at most 50s"));
     }
     // Answered before the request timeout cuts the wait short with a 503.
     let wait = wait.min(state.admin.limits.request_timeout.mul_f64(0.9));
@@ -126,6 +110,27 @@ pub async fn watch(
     .into_response())
 }
 
+/// A duration parameter, `<n>ms` or `<n>s` (`default` when absent), or a 400.
+fn duration(field: &str, value: Option<&str>, default: Duration) -> Result<Duration, ApiError> {
+    let Some(value) = value else {
+        return Ok(default);
+    };
+    let (digits, millis) = match value.strip_suffix("ms") {
+        Some(digits) => (digits, 1),
+        None => (value.strip_suffix('s').unwrap_or(""), 1000),
+    };
+    let n: Option<u64> = match digits.len() {
+        1..=6 if digits.bytes().all(|b| b.is_ascii_digit()) => digits.parse().ok(),
+        _ => None,
+    };
+    n.map(|n| Duration::from_millis(n * millis)).ok_or_else(|| {
+        ApiError::bad(
+            field,
+            format!("{field}: must be <n>ms or <n>s, n of 1 to 6 digits"),
+        )
+    })
+}
+
 /// Whether the client asked for server-sent events.
 fn wants_stream(headers: &HeaderMap) -> bool {
     headers
@@ -136,7 +141,7 @@ fn wants_stream(headers: &HeaderMap) -> bool {
         .any(|v| v.split(';').next().unwrap_or("").trim() == "text/event-stream")
 }
 
-/// `Last-Event-ID`: a seq (ours are), or a 400.
+/// `Last-Event-ID`: a seq (ours are), or a 400. It wins over `after`, for a long-poll too.
 fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
     let Some(value) = headers.get("last-event-id") else {
         return Ok(None);

@@ -41,36 +41,34 @@ impl Filter {
         let bad = |field, message: String| FilterError { field, message };
         let mut patterns = Vec::new();
         for ty in types.into_iter().flat_map(|t| t.split(',')) {
-            let ty = ty.trim();
-            if ty.is_empty() || ty.len() > MAX_LEN || ty.chars().any(char::is_control) {
+            // `*` alone is every type; else a name, a final `*` making it a prefix.
+            let (name, prefix) = match ty.strip_suffix('*') {
+                Some(name) => (name, true),
+                None => (ty, false),
+            };
+            let every = name.is_empty() && prefix;
+            if !every && !is_text(name) || name.contains('*') {
                 return Err(bad(
                     "types",
                     format!(
-                        "each type must be 1 to {MAX_LEN} characters without control characters"
+                        "each type must be `*`, or 1 to {MAX_LEN} characters without control \
+                         characters, commas or `*`, then an optional final `*`"
                     ),
                 ));
             }
-            patterns.push(match ty.strip_suffix('*') {
-                Some(prefix) if prefix.contains('*') => {
-                    return Err(bad("types", format!("{ty:?}: only a final * is a prefix")))
-                }
-                Some(prefix) => Pattern::Prefix(prefix.to_owned()),
-                None if ty.contains('*') => {
-                    return Err(bad("types", format!("{ty:?}: only a final * is a prefix")))
-                }
-                None => Pattern::Exact(ty.to_owned()),
+            patterns.push(match prefix {
+                true => Pattern::Prefix(name.to_owned()),
+                false => Pattern::Exact(name.to_owned()),
             });
         }
         if patterns.len() > MAX_TYPES {
             return Err(bad("types", format!("at most {MAX_TYPES} types")));
         }
-        if let Some(t) = tenant {
-            if t.is_empty() || t.len() > MAX_LEN || t.chars().any(char::is_control) {
-                return Err(bad(
-                    "tenant",
-                    format!("must be 1 to {MAX_LEN} characters without control characters"),
-                ));
-            }
+        if tenant.is_some_and(|t| !is_text(t)) {
+            return Err(bad(
+                "tenant",
+                format!("must be 1 to {MAX_LEN} characters without control characters"),
+            ));
         }
         Ok(Filter {
             types: patterns,
@@ -93,6 +91,11 @@ impl Filter {
     }
 }
 
+/// 1 to [`MAX_LEN`] characters, none a control character.
+fn is_text(s: &str) -> bool {
+    !s.is_empty() && s.chars().count() <= MAX_LEN && !s.chars().any(char::is_control)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,7 +112,7 @@ mod tests {
     #[test]
     fn types_match_exactly_or_by_prefix_and_the_tenant_exactly() {
         let routes =
-            Filter::parse(Some("io.ankusa.route.*, io.ankusa.source.deleted"), None).unwrap();
+            Filter::parse(Some("io.ankusa.route.*,io.ankusa.source.deleted"), None).unwrap();
         assert!(routes.admits(&served("io.ankusa.route.created", None)));
         assert!(routes.admits(&served("io.ankusa.source.deleted", Some("t"))));
         assert!(!routes.admits(&served("io.ankusa.source.created", None)));
@@ -119,6 +122,9 @@ mod tests {
         assert!(!tenant.admits(&served("io.ankusa.route.created", Some("t10"))));
         assert!(!tenant.admits(&served("io.ankusa.snapshot.started", None)));
         assert!(Filter::default().admits(&served("anything", None)));
+        assert!(Filter::parse(Some("*"), None)
+            .unwrap()
+            .admits(&served("anything", None)));
     }
 
     #[test]
@@ -127,6 +133,8 @@ mod tests {
             (Some("io.*.route"), None, "types"),
             (Some("a,,b"), None, "types"),
             (Some("**"), None, "types"),
+            (Some(""), None, "types"),
+            (Some("a\u{85}"), None, "types"),
             (None, Some(""), "tenant"),
             (None, Some("t\n"), "tenant"),
         ] {
