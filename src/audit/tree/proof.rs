@@ -39,8 +39,13 @@ pub struct InclusionProof {
     pub index: u64,
     /// Leaves of the tree the proof is for.
     pub size: u64,
-    /// The leaf hash of the row (its key and value as stored), base64.
+    /// The leaf hash of the row: SHA-256 of 0x00 and `leaf_input` (RFC 6962), base64.
     pub leaf_hash: String,
+    /// What the leaf hashes, base64: the row's key as stored (`a`, the seq and the commit
+    /// time in unix ms, each 8 bytes big-endian) then its value as stored (the row's JSON,
+    /// the fields and values `GET /admin/v1/audit/{seq}` serves), so that anyone holding the
+    /// proof and a checkpoint recomputes the leaf without the node.
+    pub leaf_input: String,
     /// The root of the tree of `size` leaves, base64.
     pub root: String,
     /// The audit path, leaf to root, base64.
@@ -94,6 +99,7 @@ pub fn inclusion(
         index,
         size,
         leaf_hash: b64(&leaf_hash(&key, &value)),
+        leaf_input: BASE64_STANDARD.encode([key.as_slice(), value.as_slice()].concat()),
         root: b64(&root),
         proof: proof.iter().map(b64).collect(),
     })

@@ -1,6 +1,7 @@
 //! The admin API over real HTTP, against a node served on a free port.
 
 mod audit;
+mod audit_proof;
 mod auth;
 mod input;
 pub(crate) mod lifecycle;

@@ -7,4 +7,4 @@ mod clock_jump;
 mod commit;
 mod prune_props;
 pub(crate) mod retention;
-mod tree;
+pub(crate) mod tree;

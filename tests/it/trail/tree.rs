@@ -51,7 +51,7 @@ fn leaf(k: &[u8], v: &[u8]) -> Vec<u8> {
 }
 
 /// A signed note checked by hand and with ring: (origin, size, root).
-fn check_note(note: &str, verifier_key: &str) -> (String, u64, Vec<u8>) {
+pub(crate) fn check_note(note: &str, verifier_key: &str) -> (String, u64, Vec<u8>) {
     // The verifier key: <name>+<8 hex key id>+<base64 of 0x01 and the 32-byte key>.
     let mut parts = verifier_key.splitn(3, '+');
     let (name, id, key) = (
