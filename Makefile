@@ -17,6 +17,7 @@ bench: ## Throughput and latency figures, as ratios against raw baselines
 	cargo bench --bench verify
 	cargo bench --bench load
 	cargo bench --bench store
+	cargo bench --bench watch
 
 lint:  ## Formatting, cargo deny and clippy, as CI wants them
 	cargo fmt --all -- --check
