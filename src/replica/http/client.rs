@@ -167,10 +167,11 @@ async fn read(
     request: reqwest::RequestBuilder,
 ) -> Result<(StatusCode, Option<Duration>, Vec<u8>), String> {
     let shown = |e: reqwest::Error| {
-        let e = e.without_url();
-        match e.is_timeout() {
-            true => format!("no answer in time ({e})"),
-            false => e.to_string(),
+        let timeout = e.is_timeout();
+        let shown = chain(&e.without_url());
+        match timeout {
+            true => format!("no answer in time ({shown})"),
+            false => shown,
         }
     };
     let mut response = request.send().await.map_err(shown)?;
@@ -188,6 +189,22 @@ async fn read(
         body.extend_from_slice(&chunk);
     }
     Ok((status, retry_after, body))
+}
+
+/// `error` and its sources (reqwest's own says only "error sending request"; the cause,
+/// "Connection refused", is in its sources).
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut shown = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !shown.contains(&text) {
+            shown.push_str(": ");
+            shown.push_str(&text);
+        }
+        source = cause.source();
+    }
+    shown
 }
 
 /// The body of a 200 answer.
