@@ -1,7 +1,7 @@
 //! A node's events as they come: a follower running while writers change routes and sources
 //! at once ends equal to the API; the real binary killed with -9 mid-stream leaves a file
 //! holding exactly the events up to its position, from which a follower resumes to the
-//! exact replica; `--verify` compares and exits 0.
+//! exact replica; `--verify` compares and exits 0; SIGTERM writes the file and exits 0.
 
 use std::path::Path;
 use std::process::{Child, Command};
@@ -123,6 +123,18 @@ async fn killed_with_9_mid_stream_then_resumed_the_replica_is_exact() {
         said.contains(&format!("the replica equals {base}")),
         "{said}"
     );
+
+    // The binary on the caught-up file takes the next change; SIGTERM writes and exits 0.
+    let mut child = spawn(&base, &out, &["--batch-ms", "20"]);
+    write(base.clone(), 14, 10).await;
+    let latest = super::latest(&base).await;
+    let written = async || position(&out, &base).is_some_and(|p| p.position == latest);
+    eventually("the change in the file", Duration::from_secs(60), written).await;
+    let pid = child.id().to_string();
+    let term = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(term.success());
+    assert!(child.wait().unwrap().success(), "SIGTERM: a clean exit");
+    assert!(differences(&base, &out, &[]).await.is_empty());
     node.stop().await;
 }
 
