@@ -123,7 +123,8 @@ pub async fn follow(
     }
     drop(tx);
     tokio::pin!(shutdown);
-    let mut tick = tokio::time::interval(options.batch_interval);
+    // (An interval of zero would panic: a write per millisecond is the most asked.)
+    let mut tick = tokio::time::interval(options.batch_interval.max(Duration::from_millis(1)));
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
         tokio::select! {
