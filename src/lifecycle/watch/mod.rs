@@ -120,6 +120,8 @@ pub struct Watch(Arc<Inner>);
 
 #[derive(Debug)]
 struct Inner {
+    /// For the oldest row the trail keeps.
+    trail: Trail,
     outbox: Outbox,
     committed: watch::Receiver<u64>,
     shared: Arc<Shared>,
@@ -131,6 +133,26 @@ struct Inner {
     /// When the last watcher left (none watch now), for the tail's idle.
     left: Mutex<Option<Instant>>,
     stop: CancellationToken,
+}
+
+impl Inner {
+    /// Whether the rows after `after` are all still in the trail, as of the writer's last
+    /// write. The tail may still hold events whose rows retention deleted: they are not
+    /// served, so that every watcher hears `Gone` by the same rule, the trail's.
+    fn kept(&self, after: u64) -> bool {
+        after.saturating_add(1) >= self.trail.stats().usage.from
+    }
+
+    /// Whether the tail serves what follows `after`.
+    fn in_tail(&self, after: u64) -> bool {
+        let from = self
+            .shared
+            .tail
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .from;
+        from <= after && self.kept(after)
+    }
 }
 
 impl tail::Watched for Inner {
@@ -165,6 +187,7 @@ impl Watch {
             source: source.to_owned(),
         };
         let inner = Arc::new(Inner {
+            trail: trail.clone(),
             outbox: outbox.clone(),
             committed: committed.clone(),
             shared: shared.clone(),
@@ -267,14 +290,7 @@ impl Watcher {
         if incarnation.is_some_and(|id| id != self.watch.incarnation(after)) {
             return Err(self.watch.gone(GoneWhy::OtherIncarnation, latest));
         }
-        let in_tail = inner
-            .shared
-            .tail
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .from
-            <= after;
-        if in_tail {
+        if inner.in_tail(after) {
             return Ok(());
         }
         let store = inner.outbox.store.clone();
@@ -339,7 +355,7 @@ impl Watcher {
         let latest = *inner.committed.borrow();
         let from_tail = {
             let tail = inner.shared.tail.read().unwrap_or_else(|p| p.into_inner());
-            (tail.from <= after).then(|| tail.after(after, filter, limit))
+            (tail.from <= after && inner.kept(after)).then(|| tail.after(after, filter, limit))
         };
         let (events, position) = match from_tail {
             Some((mut events, position)) => {

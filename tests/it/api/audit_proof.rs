@@ -33,10 +33,8 @@ async fn a_rows_leaf_is_recomputed_from_what_the_api_serves() {
     let key = String::from_utf8(key.stdout).unwrap();
     let (_, signed_size, root) = check_note(checkpoint["checkpoint"].as_str().unwrap(), key.trim());
     assert_eq!(signed_size, size);
-    let root = ct_merkle::RootHash::<sha2_011::Sha256>::new(
-        *sha2_011::digest::Output::<sha2_011::Sha256>::from_slice(&root),
-        size,
-    );
+    let digest = sha2_011::digest::Output::<sha2_011::Sha256>::try_from(root.as_slice()).unwrap();
+    let root = ct_merkle::RootHash::<sha2_011::Sha256>::new(digest, size);
     for seq in 1..=size {
         let row = node
             .call(

@@ -124,3 +124,44 @@ async fn a_watcher_whose_rows_were_deleted_while_it_was_behind_hears_gone() {
     tail.await.unwrap();
     trail.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_the_tail_holds_are_not_served_once_their_rows_are_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let trail = trail(dir.path(), 5);
+    let stop = CancellationToken::new();
+    let (watch, tail) = Watch::start(&trail, "urn:test", 8, stop.clone());
+    // Watched from the first commit: the tail builds every event.
+    let watcher = watch.join().unwrap();
+    for i in 1..=8 {
+        create_source(&trail, ctx("ops"), &format!("s{i}"), "pw")
+            .await
+            .unwrap();
+    }
+    let until = Instant::now() + Duration::from_secs(5);
+    let page = watcher
+        .next(7, &Filter::default(), 10, until)
+        .await
+        .unwrap();
+    assert_eq!(seqs(&page), vec![8]);
+    // Rows 1 to 3 are gone (the ceiling keeps 5): the same rule as for a watcher reading
+    // the outbox, though the tail still holds their events.
+    match watcher
+        .next(0, &Filter::default(), 10, Instant::now())
+        .await
+    {
+        Err(WatchError::Gone { why, oldest, .. }) => {
+            assert_eq!((why, oldest), (GoneWhy::Deleted, 3))
+        }
+        other => panic!("expected Gone, got {other:?}"),
+    }
+    let page = watcher
+        .next(3, &Filter::default(), 10, Instant::now())
+        .await
+        .unwrap();
+    assert_eq!(seqs(&page), vec![4, 5, 6, 7, 8]);
+    drop(watcher);
+    stop.cancel();
+    tail.await.unwrap();
+    trail.shutdown().await;
+}
