@@ -1,15 +1,17 @@
 //! The reference consumer of the lifecycle events (`ankusa follow`): a replica of the routes
-//! and sources kept exact by the contract's rule, from Kafka or from webhook requests.
+//! and sources kept exact by the contract's rule, from Kafka, from webhook requests, or by
+//! watching nodes over HTTP.
 //!
 //! Parts, each its own file: [`event`] reads what a CloudEvent says (a change, a snapshot
 //! marker, or nothing), [`rule`] is the replica and the rule (pure, no I/O; [`snapshot`] its
 //! snapshot bookkeeping, [`version`] the 20-digit versions), [`file`] the replica file
-//! (replica and progress, replaced atomically), [`kafka`] and [`webhook`] the two consumers
-//! ([`signature`] the Standard Webhooks verification), [`verify`] the comparison with a
+//! (replica and progress, replaced atomically), [`kafka`], [`http`] and [`webhook`] the three
+//! consumers ([`signature`] the Standard Webhooks verification), [`verify`] the comparison with a
 //! node's admin API, [`progress`] and [`metrics`] what a running follower tells.
 //!
 //! A consumer is a function of its options and a shutdown future ([`kafka::follow`],
-//! [`webhook::Server::run`]), so a test runs one in its own process as the CLI does.
+//! [`http::follow`], [`webhook::Server::run`]), so a test runs one in its own process as the
+//! CLI does.
 //!
 //! Architecture invariant: this module knows nothing of the node's store, trail or
 //! subjects: it reads only what a consumer anywhere can read (events and the admin API).

@@ -171,6 +171,13 @@ impl Follower {
     /// Load the replica file, make the consumer and assign it every partition.
     async fn start(options: KafkaOptions, metrics: Arc<Metrics>) -> Result<Follower, FollowError> {
         let mut file = file::load(&options.out)?.unwrap_or_default();
+        if let Some(url) = file.progress.http.keys().next() {
+            return Err(FollowError::Mismatch {
+                path: options.out,
+                found: format!("the events of {url} over http"),
+                asked: format!("kafka topic {}", options.topic),
+            });
+        }
         let progress = file.progress.kafka.get_or_insert_with(|| KafkaProgress {
             topic: options.topic.clone(),
             next: BTreeMap::new(),

@@ -60,8 +60,22 @@ fn records_are_read_in_both_modes_and_tombstones_are_none() {
     assert!(e.is_err());
 }
 
+/// Options of a follower of topic `b` into `out`, on a broker that is not there.
+fn options_b(out: &std::path::Path) -> KafkaOptions {
+    KafkaOptions {
+        brokers: "127.0.0.1:1".into(),
+        topic: "b".into(),
+        group: "g".into(),
+        out: out.to_owned(),
+        batch_events: 1,
+        batch_interval: Duration::from_millis(10),
+        until_caught_up: true,
+        start: Default::default(),
+    }
+}
+
 #[tokio::test]
-async fn a_file_of_another_topic_is_refused_before_any_connection() {
+async fn a_file_of_another_topic_or_of_a_watcher_is_refused_before_any_connection() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("replica.json");
     let mut other = ReplicaFile::default();
@@ -70,17 +84,7 @@ async fn a_file_of_another_topic_is_refused_before_any_connection() {
         next: [(0, 5)].into(),
     });
     file::save(&out, &other).unwrap();
-    let options = KafkaOptions {
-        brokers: "127.0.0.1:1".into(),
-        topic: "b".into(),
-        group: "g".into(),
-        out: out.clone(),
-        batch_events: 1,
-        batch_interval: Duration::from_millis(10),
-        until_caught_up: true,
-        start: Default::default(),
-    };
-    let e = follow(options, Metrics::new(), std::future::pending())
+    let e = follow(options_b(&out), Metrics::new(), std::future::pending())
         .await
         .unwrap_err();
     assert_eq!(
@@ -91,4 +95,24 @@ async fn a_file_of_another_topic_is_refused_before_any_connection() {
         )
     );
     assert_eq!(file::load(&out).unwrap(), Some(other), "left as it was");
+    // A file kept by `follow http` holds positions in nodes' events, not offsets.
+    let mut watched = ReplicaFile::default();
+    let position = file::WatchPosition {
+        position: 7,
+        incarnation: "0b6e4a2c-0000-4000-8000-000000000000".into(),
+    };
+    watched.progress.http = [("http://node:8080".to_owned(), position)].into();
+    file::save(&out, &watched).unwrap();
+    let e = follow(options_b(&out), Metrics::new(), std::future::pending())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "replica file {} follows the events of http://node:8080 over http, not kafka topic \
+             b: use another --out",
+            out.display()
+        )
+    );
+    assert_eq!(file::load(&out).unwrap(), Some(watched), "left as it was");
 }
