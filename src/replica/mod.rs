@@ -90,6 +90,10 @@ pub enum FollowError {
     /// Bad options (a secret that is not `whsec_<base64>`, ...); never shows a secret.
     #[error("{0}")]
     Options(String),
+    /// A node refused what the follower asked, for good (its token, a snapshot it could not
+    /// ask for): asking again would not change it.
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// The time of `event` in unix ms, if it has one.

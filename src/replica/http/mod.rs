@@ -193,7 +193,7 @@ async fn watching(
                         node: node.clone(),
                         at,
                     },
-                    Err(error) => Heard::Stopped(FollowError::Options(error)),
+                    Err(error) => Heard::Stopped(FollowError::Refused(error)),
                 }
             }
             Step::Retry(retry) => {
@@ -202,7 +202,7 @@ async fn watching(
                 tokio::time::sleep(retry.pause).await;
                 continue;
             }
-            Step::Stop(error) => Heard::Stopped(FollowError::Options(error)),
+            Step::Stop(error) => Heard::Stopped(FollowError::Refused(error)),
         };
         let stopped = matches!(heard, Heard::Stopped(_));
         if tx.send(heard).await.is_err() || stopped {
