@@ -2,9 +2,10 @@
 //! broker (tansu) and one webhook endpoint while writers on both change the same routes at
 //! once (creates, updates, deletes, creates again) and each node's own sources; a node is
 //! killed with -9 and started again; the other is restored from a backup; the webhook
-//! consumer is down for a while (killed with -9). The replicas `ankusa follow` keeps (Kafka
-//! and webhook) must equal what the nodes' admin APIs list; and a consumer started after it
-//! all, at the end of the topic, bootstraps from snapshots to the same state.
+//! consumer and the watcher over HTTP are down for a while (killed with -9). The replicas
+//! `ankusa follow` keeps (Kafka, webhook, http) must equal what the nodes' admin APIs list;
+//! and a consumer started after it all, at the end of the topic, bootstraps from snapshots to
+//! the same state.
 
 pub(crate) mod procs;
 mod redis_failures;
@@ -191,6 +192,18 @@ pub(crate) fn webhook_follower(dir: &Path) -> (Proc, String, std::path::PathBuf)
     (hook, format!("http://127.0.0.1:{port}/"), out)
 }
 
+/// `ankusa follow http` of `nodes` into `http.json`, and that file.
+pub(crate) fn http_follower(dir: &Path, nodes: [&NodeProc; 2]) -> (Proc, std::path::PathBuf) {
+    let out = dir.join("http.json");
+    let mut args: Vec<String> = vec!["follow".into(), "http".into()];
+    for node in nodes {
+        args.extend(["--url".into(), node.url.clone()]);
+    }
+    args.extend(["--out".into(), out.to_str().unwrap().into()]);
+    args.extend(["--token".into(), ADMIN.into(), "--wait".into(), "2s".into()]);
+    (Proc::new(args, dir.join("http.log")), out)
+}
+
 /// The Kafka follower of `topic` in group `group` into `out`.
 pub(crate) fn kafka_follower(
     dir: &Path,
@@ -234,6 +247,8 @@ async fn schedule(seed: u64) {
     let mut b = NodeProc::new(dir.path(), "node-b", &shared);
     a.start().await;
     b.start().await;
+    let (mut watcher, http_out) = http_follower(dir.path(), [&a, &b]);
+    watcher.start();
 
     // Writers on both; A is killed with -9 in the middle and started again.
     let mut applied = both(&a, &b, seed, 60).await;
@@ -250,8 +265,26 @@ async fn schedule(seed: u64) {
         .await
         .unwrap();
     assert_eq!(backup.status(), 201);
+    let backed_up = backup.json::<serde_json::Value>().await.unwrap()["audit_seq"]
+        .as_u64()
+        .unwrap();
     hook.kill9();
     applied += both(&a, &b, seed + 4, 60).await;
+    // The watcher has read B past its backup when it is killed: the restore takes those
+    // seqs back, and B then answers its position 410.
+    let past_backup = async || {
+        let file: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&http_out).ok()?).ok()?;
+        let at = file["progress"]["http"][&b.url]["position"].as_u64()?;
+        (at > backed_up).then_some(())
+    };
+    eventually(
+        "the watcher past B's backup",
+        Duration::from_secs(30),
+        past_backup,
+    )
+    .await;
+    watcher.kill9();
     b.proc.kill9();
     let restored = std::process::Command::new(env!("CARGO_BIN_EXE_ankusa"))
         .args(["backup", "restore", "--from"])
@@ -265,6 +298,8 @@ async fn schedule(seed: u64) {
     assert!(restored.status.success(), "{restored:?}");
     b.start().await;
     hook.start();
+    // It resumes from its file; B answers 410 (restored behind it), and it relists.
+    watcher.start();
     applied += both(&a, &b, seed + 5, 40).await;
     assert!(applied > 100, "the schedule made changes: {applied}");
 
@@ -290,7 +325,13 @@ async fn schedule(seed: u64) {
     let kafka_out = dir.path().join("g1.json");
     converged("the Kafka replica", &kafka_out, [&a, &b], &shared_store).await;
     converged("the webhook replica", &webhook_out, [&a, &b], &shared_store).await;
-    for replica in [&kafka_out, &webhook_out] {
+    converged("the http replica", &http_out, [&a, &b], &shared_store).await;
+    let http_log = std::fs::read_to_string(dir.path().join("http.log")).unwrap();
+    assert!(
+        http_log.contains("position gone (410); relisting"),
+        "the watcher relisted from B's restored store: {http_log}"
+    );
+    for replica in [&kafka_out, &webhook_out, &http_out] {
         assert_eq!(
             kept(replica, &shared_store),
             routes,
@@ -362,7 +403,7 @@ async fn schedule(seed: u64) {
         .collect();
     let missing: Vec<&String> = expected.difference(&types).collect();
     assert!(missing.is_empty(), "never published: {missing:?}");
-    drop((late, follower, hook));
+    drop((late, follower, hook, watcher));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -113,7 +113,7 @@ backup_dir = "{backups}"
 
 [api]
 listen = "127.0.0.1:{port}"
-tokens = [{{ name = "fleet", sha256 = "{digest}", scopes = ["admin:read", "admin:write", "audit:read"] }}]
+tokens = [{{ name = "fleet", sha256 = "{digest}", scopes = ["admin:read", "admin:write", "audit:read", "events:read"] }}]
 
 [routes]
 store = "redis"
