@@ -7,6 +7,7 @@
 //! The events are those the sinks get, read from the outbox by `lifecycle::watch`; a watcher
 //! moves no sink's position and holds no row back from retention.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::time::Duration;
 
@@ -92,8 +93,18 @@ pub async fn watch(
         .await
         .map_err(watch_error)?;
     if wants_stream(&headers) {
-        let stream = stream(state, watcher, after, filter, limit, every);
-        return Ok(Sse::new(stream).into_response());
+        let streaming = Streaming {
+            state,
+            watcher,
+            after,
+            filter,
+            limit,
+            every,
+            sent: Instant::now(),
+            ready: VecDeque::new(),
+            done: false,
+        };
+        return Ok(Sse::new(streaming.into_stream()).into_response());
     }
     // Answered before the request timeout cuts the wait short with a 503.
     let wait = wait.min(state.admin.limits.request_timeout.mul_f64(0.9));
@@ -181,46 +192,28 @@ struct Streaming {
     /// When something was last sent.
     sent: Instant,
     /// Events read and not yet sent, newest last.
-    ready: std::collections::VecDeque<SseEvent>,
+    ready: VecDeque<SseEvent>,
     done: bool,
 }
 
-/// The stream of a watcher: its events, bookmarks when idle, until the node stops or the
-/// position is gone (then a last `gone` event). Pulled by the connection: a client that
-/// does not read holds one page, and is closed by `api.write_timeout`.
-fn stream(
-    state: AppState,
-    watcher: Watcher,
-    after: u64,
-    filter: Filter,
-    limit: usize,
-    every: Duration,
-) -> impl Stream<Item = Result<SseEvent, Infallible>> {
-    let streaming = Streaming {
-        state,
-        watcher,
-        after,
-        filter,
-        limit,
-        every,
-        sent: Instant::now(),
-        ready: Default::default(),
-        done: false,
-    };
-    futures::stream::unfold(streaming, |mut s| async move {
-        loop {
-            if let Some(event) = s.ready.pop_front() {
-                return Some((Ok(event), s));
-            }
-            if s.done {
-                return None;
-            }
-            s.fill().await;
-        }
-    })
-}
-
 impl Streaming {
+    /// The stream of a watcher: its events, bookmarks when idle, until the node stops or the
+    /// position is gone (then a last `gone` event). Pulled by the connection: a client that
+    /// does not read holds one page, and is closed by `api.write_timeout`.
+    fn into_stream(self) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+        futures::stream::unfold(self, |mut s| async move {
+            loop {
+                if let Some(event) = s.ready.pop_front() {
+                    return Some((Ok(event), s));
+                }
+                if s.done {
+                    return None;
+                }
+                s.fill().await;
+            }
+        })
+    }
+
     /// Read what to send next into `ready` (or mark the stream done).
     async fn fill(&mut self) {
         let until = self.sent + self.every;

@@ -90,12 +90,7 @@ async fn status_dead_letters_redrive_and_drop() {
     assert_eq!(s["trail"]["ceilings"]["max_rows"], 10_000_000);
     assert_eq!(s["trail"]["refused"], 0);
     // The same figures as Prometheus metrics, per sink.
-    let metrics = reqwest::get(node.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = node.metrics().await;
     for line in [
         r#"ankusa_lifecycle_delivered_total{sink="file"} 2"#,
         // Each event, delivered or dead-lettered, from its commit to its confirmation.
@@ -323,12 +318,7 @@ async fn a_disabled_sink_is_enabled_again_by_an_operator() {
     .await;
     assert_eq!(s["sinks"][0]["state"], "running");
     assert_eq!(receiver.sequences(), vec![1]);
-    let metrics = reqwest::get(node.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = node.metrics().await;
     for (state, value) in [("running", 1.0), ("disabled", 0.0)] {
         let series = format!(r#"ankusa_lifecycle_sink_state{{sink="hook",state="{state}"}}"#);
         assert_eq!(

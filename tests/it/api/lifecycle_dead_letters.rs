@@ -22,12 +22,7 @@ async fn letters(node: &TestNode) -> Vec<u64> {
 
 /// The value of the dead-letter gauge of sink `hook`, as `/metrics` shows it.
 async fn letters_gauge(node: &TestNode) -> Option<String> {
-    let metrics = reqwest::get(node.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = node.metrics().await;
     let prefix = r#"ankusa_lifecycle_dead_letters{sink="hook"} "#;
     let line = metrics.lines().find(|l| l.starts_with(prefix))?;
     Some(line[prefix.len()..].to_owned())

@@ -428,12 +428,7 @@ async fn watchers_past_max_watchers_are_refused_until_one_leaves() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let metrics = reqwest::get(node.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = node.metrics().await;
     let counted = format!("ankusa_lifecycle_watch_refused_total {refused}");
     assert!(
         metrics.lines().any(|l| l == counted),

@@ -78,12 +78,7 @@ async fn a_reader_that_stalls_is_cut_off_and_resumes_where_it_was() {
     assert_eq!(r.status, 200, "{}", &r.text[..200.min(r.text.len())]);
     assert_eq!(r.json()["events"].as_array().unwrap().len(), SOURCES);
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let metrics = reqwest::get(node.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = node.metrics().await;
     assert!(
         metrics
             .lines()

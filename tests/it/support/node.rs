@@ -187,6 +187,17 @@ impl TestNode {
         }
     }
 
+    /// What `/metrics` renders now.
+    pub async fn metrics(&self) -> String {
+        let r = self
+            .client
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .expect("/metrics");
+        r.text().await.expect("/metrics body")
+    }
+
     /// `method path` with `token` and an optional JSON body.
     pub async fn call(
         &self,
