@@ -118,7 +118,14 @@ async fn accept(listener: &TcpListener, slots: &Slots) -> (TcpStream, SocketAddr
         let free = slots.free().await;
         match listener.accept().await {
             Ok((stream, peer)) => match slots.assign(free, peer.ip()) {
-                Some(slot) => return (stream, peer, slot),
+                Some(slot) => {
+                    // hyper writes what a response has ready in one go: Nagle's algorithm
+                    // would only hold the next write (a stream's next event) until the
+                    // client's delayed ACK, tens of milliseconds. A peer already gone fails
+                    // its first read instead.
+                    let _ = stream.set_nodelay(true);
+                    return (stream, peer, slot);
+                }
                 None => telemetry::api::connection_refused(peer.ip()),
             },
             Err(e) if is_peer_error(&e) => {}
