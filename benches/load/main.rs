@@ -27,6 +27,7 @@
 //! taking turns, once (`mixed-redis`, `scale-redis`: with Redis).
 //! A run with a failure exits with status 1.
 
+#[path = "../shared/changes.rs"]
 mod changes;
 mod closed;
 #[path = "../shared/cpu.rs"]
@@ -36,12 +37,14 @@ mod env;
 #[path = "../shared/figures.rs"]
 mod figures;
 mod kafka;
+#[path = "../shared/node.rs"]
 mod node;
 #[path = "../shared/raw.rs"]
 mod raw;
 #[path = "../shared/redis.rs"]
 mod redis;
 mod report;
+#[path = "../shared/stats.rs"]
 mod stats;
 
 use std::time::Duration;

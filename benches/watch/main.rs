@@ -26,7 +26,7 @@
 
 // The load bench's node, changes and failure count, shared rather than copied.
 #[allow(dead_code)]
-#[path = "../load/changes.rs"]
+#[path = "../shared/changes.rs"]
 mod changes;
 mod commits;
 #[path = "../shared/cpu.rs"]
@@ -39,13 +39,13 @@ mod figures;
 mod group;
 mod latency;
 mod memory;
-#[path = "../load/node.rs"]
+#[path = "../shared/node.rs"]
 mod node;
 mod process;
 mod report;
 // Of the load bench's figures only `Failures`: the rest is unused here.
 #[allow(dead_code, unused_imports)]
-#[path = "../load/stats.rs"]
+#[path = "../shared/stats.rs"]
 mod stats;
 mod traffic;
 mod watcher;
