@@ -250,6 +250,23 @@ impl Watch {
         self.0.watchers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Where what a watcher at `after` in `incarnation` shares with this store ends, once the
+    /// store was restored behind it: the seq before the incarnation that replaced the
+    /// watcher's (or, when its incarnation is not known here, the one `after` falls in). So
+    /// it resumes before all the restored store wrote since, its own snapshot included.
+    fn shared_end(&self, after: u64, incarnation: Option<Uuid>, latest: u64) -> u64 {
+        let history = &self.0.outbox.history;
+        let known = incarnation.and_then(|id| history.0.iter().position(|i| i.id == id));
+        let replaced = match known {
+            Some(k) => history.0.get(k + 1).map(|i| i.from),
+            None => Some(history.of(after.min(latest)).from),
+        };
+        replaced
+            .map_or(latest, |from| from.saturating_sub(1))
+            .min(after)
+            .min(latest)
+    }
+
     fn gone(&self, why: GoneWhy, oldest: u64) -> WatchError {
         WatchError::Gone {
             why,
@@ -278,29 +295,35 @@ impl Drop for Watcher {
 
 impl Watcher {
     /// Whether position `after`, served in `incarnation` (when the watcher knows it), can be
-    /// served from: [`WatchError::Gone`] when it is past the last seq, its seq now belongs
-    /// to another incarnation, or the rows after it were deleted (as [`Watcher::next`] finds
-    /// too, for rows deleted later), so that a stream hears it as its answer's status.
+    /// served from: [`WatchError::Gone`] when it is past the last seq or its seq now belongs
+    /// to another incarnation (the store was restored behind it: it resumes where this
+    /// store's timeline left its own), or when the rows after it were deleted (as
+    /// [`Watcher::next`] finds too, for rows deleted later), so that a stream hears it as its
+    /// answer's status.
     pub async fn check(&self, after: u64, incarnation: Option<Uuid>) -> Result<(), WatchError> {
         let inner = &self.watch.0;
         let latest = *inner.committed.borrow();
-        if after > latest {
-            return Err(self.watch.gone(GoneWhy::PastTheEnd, latest));
-        }
-        if incarnation.is_some_and(|id| id != self.watch.incarnation(after)) {
-            return Err(self.watch.gone(GoneWhy::OtherIncarnation, latest));
-        }
-        if inner.in_tail(after) {
-            return Ok(());
-        }
+        let restored = if after > latest {
+            Some(GoneWhy::PastTheEnd)
+        } else if incarnation.is_some_and(|id| id != self.watch.incarnation(after)) {
+            Some(GoneWhy::OtherIncarnation)
+        } else {
+            None
+        };
+        let from = match restored {
+            Some(_) => self.watch.shared_end(after, incarnation, latest),
+            None if inner.in_tail(after) => return Ok(()),
+            None => after,
+        };
         let store = inner.outbox.store.clone();
-        let gone = crate::store::blocking::run("a watcher's position", move || {
-            read::oldest_if_gone(&store, after, latest)
+        let deleted = crate::store::blocking::run("a watcher's position", move || {
+            read::oldest_if_gone(&store, from, latest)
         })
         .await??;
-        match gone {
-            Some(oldest) => Err(self.watch.gone(GoneWhy::Deleted, oldest)),
-            None => Ok(()),
+        match (restored, deleted) {
+            (_, Some(oldest)) => Err(self.watch.gone(GoneWhy::Deleted, oldest)),
+            (Some(why), None) => Err(self.watch.gone(why, from)),
+            (None, None) => Ok(()),
         }
     }
 

@@ -165,3 +165,44 @@ async fn events_the_tail_holds_are_not_served_once_their_rows_are_deleted() {
     tail.await.unwrap();
     trail.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retention_sweep_that_passes_a_stopped_watcher_makes_it_relist() {
+    use crate::trail::retention::{create_sources, limits, open, DAY, T0};
+    use ankusa::audit::ManualClock;
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let trail = open(dir.path(), &[], limits(1, 100), &clock);
+    create_sources(&trail, 1..6).await; // seqs 1..=5 at T0
+    let stop = CancellationToken::new();
+    let (watch, tail) = Watch::start(&trail, "urn:test", 8, stop.clone());
+    let watcher = watch.join().unwrap();
+    let page = watcher
+        .next(0, &Filter::default(), 2, Instant::now())
+        .await
+        .unwrap();
+    assert_eq!((seqs(&page), page.position), (vec![1, 2], 2));
+    // The watcher stops at 2. Two days on, new rows come and the sweep deletes the old.
+    drop(watcher);
+    clock.set(T0 + 2 * DAY);
+    create_sources(&trail, 6..9).await; // seqs 6..=8
+    assert_eq!(trail.sweep_now().await.unwrap().pruned, 5);
+    // It comes back at 2: gone, with the oldest position served (5: rows 6 on are kept).
+    let watcher = watch.join().unwrap();
+    match watcher.check(2, None).await {
+        Err(WatchError::Gone { why, oldest, .. }) => {
+            assert_eq!((why, oldest), (GoneWhy::Deleted, 5))
+        }
+        other => panic!("expected Gone, got {other:?}"),
+    }
+    // It relists: from the oldest position, every event retention kept.
+    let page = watcher
+        .next(5, &Filter::default(), 10, Instant::now())
+        .await
+        .unwrap();
+    assert_eq!(seqs(&page), vec![6, 7, 8]);
+    drop(watcher);
+    stop.cancel();
+    tail.await.unwrap();
+    trail.shutdown().await;
+}
