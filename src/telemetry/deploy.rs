@@ -64,6 +64,7 @@ fn exported() -> BTreeSet<String> {
     super::dual::touch_every_metric();
     super::lifecycle::touch_every_metric();
     super::remote::touch_every_metric();
+    super::watch::touch_every_metric();
     super::render()
         .lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
