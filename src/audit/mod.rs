@@ -27,6 +27,7 @@ mod context;
 mod dual;
 
 mod hash;
+pub(crate) mod index;
 mod restore;
 mod row;
 pub mod tree;

@@ -13,6 +13,7 @@
 //! | `o` seq:u64            | the redacted lifecycle entity of row seq  |
 //! | `l` tile:u64           | leaf hashes of the trail's Merkle tree    |
 //! | `t` index:u64          | a node of the trail's Merkle tree (32 B)  |
+//! | `i` kind ... seq:u64   | a row's secondary index entry (empty; see [`Index`]) |
 //! | `m:<name>`             | meta (see [`meta`])                       |
 
 /// Prefix of a trail row key.
@@ -27,6 +28,8 @@ pub const OUTBOX: u8 = b'o';
 pub const TILE: u8 = b'l';
 /// Prefix of a Merkle tree node key: its stored-hash index (see `audit::tree`).
 pub const TREE: u8 = b't';
+/// Prefix of a secondary index entry of a row (see [`Index`]).
+pub const INDEX: u8 = b'i';
 /// Prefix of every meta key.
 pub const META: &[u8] = b"m:";
 
@@ -72,6 +75,9 @@ pub mod meta {
     /// How far the wall clock was ahead of the time the writer trusts, ms (u64 BE; see
     /// `audit::clock::ClockGuard`).
     pub const CLOCK_AHEAD: &str = "clock_ahead";
+    /// The format of the rows' secondary index entries the trail holds for every row (one
+    /// byte); absent: a store written before them, whose boot builds them.
+    pub const INDEX: &str = "index";
 
     /// `m:remote:<kind>`: what the node knows of the shared store of `kind` (its name, the
     /// greatest version it issued or read there; JSON), kept across restarts.
@@ -165,6 +171,65 @@ pub fn tile_key(n: u64) -> [u8; SEQ_KEY_LEN] {
     seq_key(TILE, n)
 }
 
+/// What a row's secondary index entry is keyed by. Each entry is `i`, the kind's byte, its
+/// value, then the row's seq (8 bytes, big-endian), with an empty value: the entries of one
+/// value sort together in seq order, so a query walks them from a seq on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Index<'a> {
+    /// Who made the change (`a`, then the name's length as 2 bytes big-endian, then it).
+    Actor(&'a str),
+    /// The subject (`s`, length, resource).
+    Subject(&'a str),
+    /// The subject's tenant (`n`, length, tenant).
+    Tenant(&'a str),
+    /// The commit time (`t`, unix ms, 8 bytes big-endian).
+    Time(u64),
+    /// A change that did not simply take effect (`r`, 1 failed or 2 interrupted).
+    Result(u8),
+}
+
+impl Index<'_> {
+    /// Every entry of this value starts with this: walk it from [`Index::key`] of a seq on.
+    /// `None` for a text longer than 65,535 bytes, which no entry holds.
+    pub fn prefix(&self) -> Option<Vec<u8>> {
+        let mut k = Vec::with_capacity(32);
+        k.push(INDEX);
+        match *self {
+            Index::Actor(text) | Index::Subject(text) | Index::Tenant(text) => {
+                k.push(match self {
+                    Index::Actor(_) => b'a',
+                    Index::Subject(_) => b's',
+                    _ => b'n',
+                });
+                k.extend_from_slice(&u16::try_from(text.len()).ok()?.to_be_bytes());
+                k.extend_from_slice(text.as_bytes());
+            }
+            Index::Time(at) => {
+                k.push(b't');
+                k.extend_from_slice(&at.to_be_bytes());
+            }
+            Index::Result(result) => k.extend_from_slice(&[b'r', result]),
+        }
+        Some(k)
+    }
+
+    /// The entry of row `seq` under this value.
+    pub fn key(&self, seq: u64) -> Option<Vec<u8>> {
+        let mut k = self.prefix()?;
+        k.extend_from_slice(&seq.to_be_bytes());
+        Some(k)
+    }
+}
+
+/// The seq of an index entry (its last 8 bytes).
+pub fn decode_index_seq(key: &[u8]) -> Option<u64> {
+    let tail = key
+        .len()
+        .checked_sub(8)
+        .filter(|_| key.first() == Some(&INDEX))?;
+    Some(u64::from_be_bytes(key[tail..].try_into().ok()?))
+}
+
 /// The key of meta entry `name` (one of [`meta`]).
 pub fn meta_key(name: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(META.len() + name.len());
@@ -208,6 +273,23 @@ mod tests {
             prop_assert_eq!(decode_dead_letter_key("k", &dead_letter_key("k", a)), Some(a));
             prop_assert_eq!(decode_dead_letter_key("kafka", &dead_letter_key("k", a)), None);
             prop_assert_eq!(dead_letter_key("k", a) < dead_letter_key("k", b), a < b);
+        }
+
+        #[test]
+        fn index_entries_of_one_value_sort_by_seq_and_name_their_seq(
+            name in ".{0,40}", other in ".{0,40}", a: u64, b: u64, at: u64
+        ) {
+            for index in [Index::Actor(&name), Index::Subject(&name), Index::Tenant(&name), Index::Time(at), Index::Result(1)] {
+                let (ka, kb) = (index.key(a).unwrap(), index.key(b).unwrap());
+                prop_assert_eq!(ka < kb, a < b);
+                prop_assert_eq!(decode_index_seq(&ka), Some(a));
+                prop_assert!(ka.starts_with(&index.prefix().unwrap()));
+            }
+            // Another name's entries never fall among these (the length comes first).
+            if name != other {
+                let theirs = Index::Actor(&other).key(a).unwrap();
+                prop_assert!(!theirs.starts_with(&Index::Actor(&name).prefix().unwrap()));
+            }
         }
 
         #[test]

@@ -380,3 +380,13 @@ pub fn tree_caught_up(rows: u64, elapsed: Duration) {
 pub fn checkpoint_failed(error: &dyn std::fmt::Display) {
     tracing::warn!(target: "ankusa::audit", error = %error, "checkpoint not signed");
 }
+
+/// A boot building the rows' index entries has read `rows` rows so far.
+pub fn index_building(rows: u64) {
+    tracing::info!(target: "ankusa::audit", rows, "building the trail's index entries (a store written before them)");
+}
+
+/// The rows' index entries are built: `rows` rows.
+pub fn index_built(rows: u64, elapsed: Duration) {
+    tracing::info!(target: "ankusa::audit", rows, elapsed_ms = elapsed.as_millis() as u64, "the trail's index entries are built");
+}

@@ -8,9 +8,9 @@
 //!
 //! The writer keeps one [`Head`] for its whole life. It knows the seq below which every row
 //! is gone (`m:audit_usage`'s `from`), so it seeks straight past the tombstones of earlier
-//! deletions, and it reads the oldest rows ahead in small chunks (keys and value lengths: a
-//! row is never decoded to be deleted), so a change that must make room for itself costs a
-//! pop from a queue, not a scan. Only the writer deletes rows, so what was read ahead stays
+//! deletions, and it reads the oldest rows ahead in small chunks (keys, value lengths, and
+//! the few fields their index entries are made of), so a change that must make room for
+//! itself costs a pop from a queue, not a scan. Only the writer deletes rows, so what was read ahead stays
 //! true until the writer itself deletes it.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -19,6 +19,7 @@ use rocksdb::WriteBatch;
 
 use super::limits::Limits;
 use super::usage::Usage;
+use crate::audit::index::Entries;
 use crate::audit::tree;
 use crate::store::{keys, Cf, Store, StoreError};
 
@@ -47,18 +48,20 @@ pub(crate) fn backlog(cursor: Option<u64>, last_seq: u64) -> u64 {
 }
 
 /// A row at the head of the trail: what deleting it and counting it out needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Candidate {
     seq: u64,
     at: u64,
     row_bytes: u64,
     /// The size of its outbox entity, if it has one.
     entity_bytes: Option<u64>,
+    /// Its index entries.
+    index: Entries,
 }
 
 impl Candidate {
     fn bytes(&self) -> u64 {
-        self.row_bytes + self.entity_bytes.unwrap_or(0)
+        self.row_bytes + self.entity_bytes.unwrap_or(0) + self.index.bytes()
     }
 }
 
@@ -137,8 +140,8 @@ impl Head {
         Ok(self
             .ahead
             .get(self.claimed())
-            .copied()
-            .filter(|c| c.seq < below))
+            .filter(|c| c.seq < below)
+            .cloned())
     }
 
     /// Delete `c` (the row [`Head::next`] returned) in `batch` and count it out of `usage`.
@@ -150,16 +153,18 @@ impl Head {
         store: &Store,
         batch: &mut WriteBatch,
         usage: &mut Usage,
-        entities: &mut Vec<u64>,
+        deleted: &mut Deleted,
     ) {
         batch.delete_cf(store.cf(Cf::Audit), keys::row_key(c.seq, c.at));
         if c.entity_bytes.is_some() {
-            entities.push(c.seq);
+            deleted.entities.push(c.seq);
         }
         usage.rows = usage.rows.saturating_sub(1);
         usage.bytes = usage.bytes.saturating_sub(c.bytes());
         usage.from = c.seq + 1;
         self.building += 1;
+        deleted.rows.push(c.seq);
+        deleted.index.push(c.index);
     }
 
     /// Read up to [`CHUNK`] more rows below `below`, with the sizes of their entities.
@@ -186,7 +191,8 @@ impl Head {
     }
 }
 
-/// Up to [`CHUNK`] rows from seq `start` on, below `below`: keys and value lengths only.
+/// Up to [`CHUNK`] rows from seq `start` on, below `below`: keys, value lengths and index
+/// entries.
 fn read_rows(store: &Store, start: u64, below: u64) -> Result<Vec<Candidate>, StoreError> {
     let mut rows: Vec<Candidate> = Vec::with_capacity(CHUNK);
     store.scan(Cf::Audit, &[keys::ROW], &keys::row_seek(start), |k, v| {
@@ -198,11 +204,14 @@ fn read_rows(store: &Store, start: u64, below: u64) -> Result<Vec<Candidate>, St
             return false;
         }
         let row_bytes = (k.len() + v.len()) as u64;
+        // A row that does not decode has no entries to delete (none were written for it).
+        let index = Entries::of_stored(k, v).unwrap_or_default();
         rows.push(Candidate {
             seq,
             at,
             row_bytes,
             entity_bytes: None,
+            index,
         });
         rows.len() < CHUNK
     })?;
@@ -268,11 +277,13 @@ pub struct SweepBatch {
     pub cursor: Option<u64>,
 }
 
-/// The rows one pruning deletes, and those of them with an outbox entity.
+/// The rows one pruning deletes, those of them with an outbox entity, and their index
+/// entries.
 #[derive(Default)]
 struct Deleted {
     rows: Vec<u64>,
     entities: Vec<u64>,
+    index: Vec<Entries>,
 }
 
 impl Deleted {
@@ -280,6 +291,7 @@ impl Deleted {
         Deleted {
             rows: Vec::with_capacity(n),
             entities: Vec::with_capacity(n),
+            index: Vec::with_capacity(n),
         }
     }
 }
@@ -357,15 +369,18 @@ impl Pruning<'_> {
 
     /// [`Head::delete`], in this group's batch and counters.
     fn delete(&mut self, c: Candidate, deleted: &mut Deleted) {
-        deleted.rows.push(c.seq);
         self.head
-            .delete(c, self.store, self.batch, self.usage, &mut deleted.entities);
+            .delete(c, self.store, self.batch, self.usage, deleted);
     }
 
-    /// After the rows' deletes, their entities' and their tree nodes' (see
+    /// After the rows' deletes, their entities', index entries' and tree nodes' (see
     /// [`delete_entities`] for why apart).
     fn delete_after(&mut self, deleted: &Deleted) {
         delete_entities(self.store, self.batch, &deleted.entities);
+        let audit = self.store.cf(Cf::Audit);
+        for entries in &deleted.index {
+            entries.delete(audit, self.batch);
+        }
         if let Some(origin) = self.tree {
             tree::prune(self.store.cf(Cf::Audit), self.batch, origin, &deleted.rows);
         }

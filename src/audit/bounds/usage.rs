@@ -20,7 +20,7 @@ use crate::telemetry;
 pub struct Usage {
     /// Trail rows.
     pub rows: u64,
-    /// Bytes of rows and their outbox entities (keys and values).
+    /// Bytes of rows, their outbox entities and their index entries (keys and values).
     pub bytes: u64,
     /// The `m:audit_seq` these figures are valid for.
     pub seq: u64,
@@ -141,10 +141,12 @@ impl Usage {
             progress.tick(usage.rows);
             true
         })?;
-        store.scan(Cf::Audit, &[keys::OUTBOX], &[keys::OUTBOX], |k, v| {
-            usage.bytes += (k.len() + v.len()) as u64;
-            true
-        })?;
+        for prefix in [keys::OUTBOX, keys::INDEX] {
+            store.scan(Cf::Audit, &[prefix], &[prefix], |k, v| {
+                usage.bytes += (k.len() + v.len()) as u64;
+                true
+            })?;
+        }
         progress.done(usage.rows);
         if let Some(first) = first {
             usage.from = first;

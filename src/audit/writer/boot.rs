@@ -2,8 +2,8 @@
 //!
 //! The audit key, the incarnation history, the last seq and row time, `m:audit_usage`
 //! (recounted when it does not match the trail) and the sinks' positions are read here; what
-//! a new store lacks (the key, the first incarnation) and what is stale (the usage,
-//! `m:lifecycle_cursor`) is written back in one synced batch.
+//! a new store lacks (the key, the first incarnation, the rows' index entries: `m:index`)
+//! and what is stale (the usage, `m:lifecycle_cursor`) is written back in one synced batch.
 
 use std::collections::BTreeMap;
 
@@ -76,10 +76,22 @@ pub(crate) fn boot(
     } else {
         (None, None, 0)
     };
+    // A store written before the index entries gets them now, counted by a recount.
+    let indexed = crate::audit::index::build_missing(store)?;
     // Recounted (and logged) when it does not match the trail: missing, damaged, stale.
-    let (usage, rewrite) = Usage::at_boot(store, last_seq)?;
+    let (usage, rewrite) = match indexed {
+        true => (Usage::recount(store, last_seq)?, true),
+        false => Usage::at_boot(store, last_seq)?,
+    };
     if rewrite {
         batch.put_cf(audit, keys::meta_key(meta::AUDIT_USAGE), usage.encode());
+    }
+    if indexed {
+        batch.put_cf(
+            audit,
+            keys::meta_key(meta::INDEX),
+            [crate::audit::index::FORMAT],
+        );
     }
     let refresh_pending = store
         .meta(meta::REFRESH_PENDING)?

@@ -11,6 +11,7 @@ use rocksdb::ColumnFamily;
 use super::group::Group;
 use crate::audit::context::Context;
 use crate::audit::hash::SubjectHasher;
+use crate::audit::index::Entries;
 use crate::audit::row::{Change, Row, RowResult, Versioning, ROW_FORMAT};
 use crate::store::keys;
 
@@ -28,6 +29,7 @@ pub(crate) struct Staged {
     row: Row,
     value: Vec<u8>,
     entity: Option<Bytes>,
+    index: Entries,
 }
 
 impl Staged {
@@ -101,7 +103,13 @@ impl Staged {
     pub(crate) fn of_row(row: Row, entity: Option<Bytes>) -> Staged {
         let value = serde_json::to_vec(&row).expect("a row always serializes");
         let entity = entity.filter(|_| row.publish);
-        Staged { row, value, entity }
+        let index = Entries::of_row(&row);
+        Staged {
+            row,
+            value,
+            entity,
+            index,
+        }
     }
 
     /// Its seq.
@@ -109,16 +117,18 @@ impl Staged {
         self.row.seq
     }
 
-    /// The bytes it adds to the trail, keys and values, as `m:audit_usage` counts them.
+    /// The bytes it adds to the trail, keys and values, its index entries included, as
+    /// `m:audit_usage` counts them.
     pub(crate) fn bytes(&self) -> u64 {
         let entity = self
             .entity
             .as_ref()
             .map_or(0, |e| keys::SEQ_KEY_LEN + e.len());
-        (keys::ROW_KEY_LEN + self.value.len() + entity) as u64
+        (keys::ROW_KEY_LEN + self.value.len() + entity) as u64 + self.index.bytes()
     }
 
-    /// Put it (and its tree nodes) into the group's batch and count it into its usage. The
+    /// Put it (its tree nodes and index entries too) into the group's batch and count it into
+    /// its usage. The
     /// one place a row enters a batch: every row comes here through [`Writer::admit`].
     ///
     /// [`Writer::admit`]: super::Writer::admit
@@ -136,6 +146,7 @@ impl Staged {
         if let Some(entity) = &self.entity {
             g.batch.put_cf(audit, keys::outbox_key(seq), entity);
         }
+        self.index.put(audit, &mut g.batch);
         self.row
     }
 }

@@ -110,7 +110,9 @@ fn check_store(path: &std::path::Path, acked: &BTreeMap<u64, String>) {
         row_keys, subject_keys,
         "every row has its subject write and every write its row"
     );
-    // Whatever the kill cut, every row is in the tree and every checkpoint matches.
+    // Whatever the kill cut, every row has its index entries and every entry its row...
+    assert_index_exact(&store);
+    // ...every row is in the tree and every checkpoint matches.
     match verify::verify(&store, None, &[], &mut |_, _| {}).expect("verify") {
         Verification::Verified(s) => assert_eq!(s.size, seqs.len() as u64),
         broken => panic!("after a kill: {broken:?}"),

@@ -11,7 +11,7 @@ use ankusa::audit::Usage;
 use ankusa::store::{keys, keys::meta, Cf, Store};
 use rand::Rng;
 
-use crate::support::trail::all_rows;
+use crate::support::trail::{all_rows, assert_index_exact};
 
 const KILLS: u64 = 12;
 
@@ -84,6 +84,7 @@ fn check(dir: &std::path::Path, acked: &[u64]) {
     let truth = Usage::recount(&store, seq).unwrap();
     let stored = Usage::decode(&store.meta(meta::AUDIT_USAGE).unwrap().unwrap()).unwrap();
     assert_eq!(stored, truth, "m:audit_usage agrees with the trail");
+    assert_index_exact(&store);
     let cursor = store.meta_u64(meta::LIFECYCLE_CURSOR).unwrap();
     let rows = all_rows(&store);
     let present: Vec<u64> = rows.iter().map(|r| r.seq).collect();

@@ -222,6 +222,8 @@ async fn under_failing_batches_every_answer_matches_the_store_and_seqs_stay_dens
     assert_eq!(committed, (1..=n).collect::<Vec<_>>());
     let rows: Vec<u64> = all_rows(trail.store()).iter().map(|r| r.seq).collect();
     assert_eq!(rows, committed);
+    // A failed batch wrote no index entry either.
+    assert_index_exact(trail.store());
     assert_eq!(trail.store().meta_u64(meta::AUDIT_SEQ).unwrap(), n);
     assert_eq!(trail.usage().rows, n);
     // Every created source is stored at the revision its answers said; no other is.
@@ -286,6 +288,7 @@ async fn at_a_ceiling_under_failing_batches_the_counters_stay_true() {
     let truth = Usage::recount(store, n).unwrap();
     let stored = Usage::decode(&store.meta(meta::AUDIT_USAGE).unwrap().unwrap()).unwrap();
     assert_eq!((stored, trail.usage()), (truth, truth));
+    assert_index_exact(store);
     // The head goes on from there: the next change prunes exactly the oldest row.
     assert_eq!(
         create_source(&trail, ctx("a"), "after", "x")

@@ -209,6 +209,8 @@ async fn a_restored_node_resends_old_ids_then_restored_then_new_ids_and_a_replic
         "the replica is the node's exact source state"
     );
     assert_eq!(restore_rows(trail.store()).len(), 1);
+    // The restored rows came with their index entries, the new incarnation's got theirs.
+    assert_index_exact(trail.store());
     trail.shutdown().await;
 }
 

@@ -169,3 +169,46 @@ pub fn all_keys(store: &Store, cf: Cf) -> Vec<Vec<u8>> {
         .expect("scan");
     keys
 }
+
+/// The index entries the trail must hold: each row's, computed here from the rows as the
+/// key layout says (actor, subject, tenant, time, and a result other than `ok`).
+pub fn expected_index(store: &Store) -> std::collections::BTreeSet<Vec<u8>> {
+    use ankusa::audit::RowResult;
+    use ankusa::store::keys::Index;
+    let mut expected = std::collections::BTreeSet::new();
+    for row in all_rows(store) {
+        let result = match row.result {
+            RowResult::Ok => None,
+            RowResult::Failed => Some(Index::Result(1)),
+            RowResult::Interrupted => Some(Index::Result(2)),
+        };
+        let indexes = [
+            Some(Index::Actor(&row.actor)),
+            Some(Index::Subject(&row.resource)),
+            row.tenant.as_deref().map(Index::Tenant),
+            Some(Index::Time(row.at)),
+            result,
+        ];
+        expected.extend(indexes.iter().flatten().map(|i| i.key(row.seq).unwrap()));
+    }
+    expected
+}
+
+/// The index entries the trail holds.
+pub fn stored_index(store: &Store) -> std::collections::BTreeSet<Vec<u8>> {
+    all_keys(store, Cf::Audit)
+        .into_iter()
+        .filter(|k| k.first() == Some(&ankusa::store::keys::INDEX))
+        .collect()
+}
+
+/// Every row has its index entries and every entry its row.
+pub fn assert_index_exact(store: &Store) {
+    let (stored, expected) = (stored_index(store), expected_index(store));
+    let extra: Vec<_> = stored.difference(&expected).map(hex::encode).collect();
+    let missing: Vec<_> = expected.difference(&stored).map(hex::encode).collect();
+    assert!(
+        extra.is_empty() && missing.is_empty(),
+        "index entries without their row: {extra:?}; rows without their entries: {missing:?}"
+    );
+}

@@ -5,6 +5,7 @@
 mod ceilings;
 mod clock_jump;
 mod commit;
+mod index;
 mod prune_props;
 pub(crate) mod retention;
 pub(crate) mod tree;
