@@ -15,7 +15,7 @@ use super::extract::{ApiPath, ApiQuery};
 use super::subject::page_limit;
 use super::AppState;
 use crate::audit::tree::proof::ProofError;
-use crate::audit::{self, Filter};
+use crate::audit::{self, Filter, RowResult};
 
 /// The longest filter value accepted, in characters (as the document's `maxLength` counts).
 const MAX_FILTER_LEN: usize = 256;
@@ -24,7 +24,7 @@ const MAX_FILTER_LEN: usize = 256;
 /// what it found and a `next` to go on from, instead of reading the whole trail at once.
 const SCAN_BUDGET: usize = 50_000;
 
-/// `?after=<seq>&limit=<n>&tenant=&action=&resource=<prefix>`.
+/// `?after=<seq>&limit=<n>&tenant=&action=&resource=<prefix>&actor=&result=&from=&until=`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AuditQuery {
@@ -38,26 +38,89 @@ pub struct AuditQuery {
     pub action: Option<String>,
     /// Only rows whose resource starts with this (`sources/`, `sources/s1`).
     pub resource: Option<String>,
+    /// Only rows made by this actor (a token's name, or `system`).
+    pub actor: Option<String>,
+    /// Only rows with this result (`ok`, `failed`, `interrupted`).
+    pub result: Option<RowResult>,
+    /// Only rows committed at or after this time (RFC 3339).
+    pub from: Option<String>,
+    /// Only rows committed before this time (RFC 3339).
+    pub until: Option<String>,
+}
+
+/// `?after=<seq>&limit=<n>&tenant=`: one subject's history.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubjectQuery {
+    /// Rows with seq greater than this (default 0: from the start).
+    pub after: Option<u64>,
+    /// At most this many rows (1 to 1000, default 100).
+    pub limit: Option<usize>,
+    /// Only rows of this tenant (a subject's resource names it within its tenant).
+    pub tenant: Option<String>,
 }
 
 /// `GET /admin/v1/audit`: `{"rows": [...], "next": <seq or null>}`. `next` is set whenever
 /// more rows may follow: after a full page, or when the read stopped at [`SCAN_BUDGET`] rows
-/// (a page then holds fewer rows than asked, even none).
+/// or index entries (a page then holds fewer rows than asked, even none). An actor, a
+/// tenant, a result other than `ok` or a time window is answered from the rows' index
+/// entries.
 pub async fn list(
     _: Authorized<AuditRead>,
     State(state): State<AppState>,
     ApiQuery(query): ApiQuery<AuditQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let limit = page_limit(query.limit)?;
     let filter = Filter {
-        publish: None,
         tenant: checked("tenant", query.tenant)?,
         action: checked("action", query.action)?,
         resource_prefix: checked("resource", query.resource)?,
+        actor: checked("actor", query.actor)?,
+        result: query.result,
+        from: time("from", query.from)?,
+        until: time("until", query.until)?,
+        ..Filter::default()
     };
+    rows_page(&state, query.after, query.limit, filter).await
+}
+
+/// `GET /admin/v1/audit/subjects/{resource}`: the rows of one subject, in seq order, from its
+/// index entries; paged as the list is.
+pub async fn subject(
+    _: Authorized<AuditRead>,
+    State(state): State<AppState>,
+    ApiPath(resource): ApiPath<String>,
+    ApiQuery(query): ApiQuery<SubjectQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let filter = Filter {
+        subject: checked("resource", Some(resource))?,
+        tenant: checked("tenant", query.tenant)?,
+        ..Filter::default()
+    };
+    rows_page(&state, query.after, query.limit, filter).await
+}
+
+/// An RFC 3339 time as unix ms (a time before 1970 is 1970), or a 400 naming `field`.
+fn time(field: &str, value: Option<String>) -> Result<Option<u64>, ApiError> {
+    value
+        .map(|v| {
+            chrono::DateTime::parse_from_rfc3339(&v)
+                .map(|t| u64::try_from(t.timestamp_millis()).unwrap_or(0))
+                .map_err(|e| ApiError::bad(field, format!("{field}: not an RFC 3339 time: {e}")))
+        })
+        .transpose()
+}
+
+/// One page of the rows `filter` lets through after `after`, and where the next begins.
+async fn rows_page(
+    state: &AppState,
+    after: Option<u64>,
+    limit: Option<usize>,
+    filter: Filter,
+) -> Result<Json<Value>, ApiError> {
+    let limit = page_limit(limit)?;
     let scanned = state
         .trail
-        .page(query.after.unwrap_or(0), limit + 1, filter, SCAN_BUDGET)
+        .page(after.unwrap_or(0), limit + 1, filter, SCAN_BUDGET)
         .await?;
     let mut rows = scanned.rows;
     let next = if rows.len() > limit {

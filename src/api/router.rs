@@ -130,6 +130,7 @@ pub fn admin() -> (Router<AppState>, Vec<(Method, &'static str)>) {
     .get("/admin/v1/audit", audit::list)
     .get("/admin/v1/audit/checkpoint", audit::checkpoint)
     .get("/admin/v1/audit/consistency", audit::consistency)
+    .get("/admin/v1/audit/subjects/{resource}", audit::subject)
     .get("/admin/v1/audit/{seq}", audit::get)
     .get("/admin/v1/audit/{seq}/proof", audit::proof)
     .get("/admin/v1/lifecycle", lifecycle::status)

@@ -28,6 +28,7 @@ mod dual;
 
 mod hash;
 pub(crate) mod index;
+mod query;
 mod restore;
 mod row;
 pub mod tree;

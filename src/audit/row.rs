@@ -227,10 +227,21 @@ pub struct Filter {
     pub action: Option<String>,
     /// Only rows whose resource starts with this.
     pub resource_prefix: Option<String>,
+    /// Only rows made by this actor.
+    pub actor: Option<String>,
+    /// Only rows of this subject: its resource, exactly.
+    pub subject: Option<String>,
+    /// Only rows with this result.
+    pub result: Option<RowResult>,
+    /// Only rows committed at or after this (unix ms).
+    pub from: Option<u64>,
+    /// Only rows committed before this (unix ms).
+    pub until: Option<u64>,
 }
 
 impl Filter {
-    fn matches(&self, row: &Row) -> bool {
+    /// Whether `row` is one the filter lets through.
+    pub(crate) fn matches(&self, row: &Row) -> bool {
         self.publish.is_none_or(|p| row.publish == p)
             && self
                 .tenant
@@ -241,6 +252,11 @@ impl Filter {
                 .resource_prefix
                 .as_deref()
                 .is_none_or(|p| row.resource.starts_with(p))
+            && self.actor.as_deref().is_none_or(|a| row.actor == a)
+            && self.subject.as_deref().is_none_or(|s| row.resource == s)
+            && self.result.is_none_or(|r| row.result == r)
+            && self.from.is_none_or(|from| row.at >= from)
+            && self.until.is_none_or(|until| row.at < until)
     }
 }
 
@@ -308,6 +324,9 @@ pub fn page_within(
     };
     if limit == 0 || after == u64::MAX || budget == 0 {
         return Ok(scanned);
+    }
+    if super::query::indexed(filter) {
+        return super::query::page(store, after, limit, filter, budget);
     }
     let (mut read, mut last) = (0, after);
     let mut failure = None;

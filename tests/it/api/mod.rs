@@ -2,6 +2,7 @@
 
 mod audit;
 mod audit_proof;
+mod audit_query;
 mod auth;
 mod input;
 pub(crate) mod lifecycle;

@@ -7,5 +7,6 @@ mod clock_jump;
 mod commit;
 mod index;
 mod prune_props;
+mod query;
 pub(crate) mod retention;
 pub(crate) mod tree;
