@@ -251,6 +251,11 @@ fn build(dir: &std::path::Path, n: u64) -> Usage {
         usage.bytes += (k.len() + v.len() + keys::SEQ_KEY_LEN + entity.len()) as u64;
         batch.put_cf(audit, k, v);
         batch.put_cf(audit, keys::outbox_key(seq), entity);
+        // Its index entries, as a node writes them beside it.
+        for entry in ankusa::audit::index_entries(&row) {
+            usage.bytes += entry.len() as u64;
+            batch.put_cf(audit, entry, []);
+        }
         if seq.is_multiple_of(10_000) {
             db.write(std::mem::take(&mut batch)).unwrap();
         }
@@ -262,6 +267,7 @@ fn build(dir: &std::path::Path, n: u64) -> Usage {
     meta_put(&mut batch, meta::AUDIT_USAGE, &usage.encode());
     meta_put(&mut batch, &meta::sink_position(SINK), &n.to_be_bytes());
     meta_put(&mut batch, meta::LIFECYCLE_CURSOR, &n.to_be_bytes());
+    meta_put(&mut batch, meta::INDEX, &[ankusa::audit::INDEX_FORMAT]);
     db.write(batch).unwrap();
     for cf in Cf::ALL {
         db.flush_cf(db.cf_handle(cf.name()).unwrap()).unwrap();

@@ -18,7 +18,7 @@ use crate::store::{keys, keys::meta, Cf, Store, StoreError};
 use crate::telemetry;
 
 /// The format of the entries, kept in `m:index`: a store holding another has them rebuilt.
-pub(crate) const FORMAT: u8 = 1;
+pub const FORMAT: u8 = 1;
 
 /// Rows a boot that builds the entries reads and writes per batch.
 const BUILD_BATCH: usize = 10_000;
@@ -96,12 +96,16 @@ impl Entries {
         }
     }
 
-    /// Delete them in `batch`.
-    pub(crate) fn delete(&self, audit: &rocksdb::ColumnFamily, batch: &mut WriteBatch) {
-        for key in &self.0 {
-            batch.delete_cf(audit, key);
-        }
+    /// The keys of the entries.
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &[u8]> {
+        self.0.iter().map(Vec::as_slice)
     }
+}
+
+/// The index entries of `row` as the writer puts them beside it: for a tool that builds a
+/// store the way a node writes one (the benches), which then sets `m:index` to [`FORMAT`].
+pub fn entries_of(row: &Row) -> Vec<Vec<u8>> {
+    Entries::of_row(row).0
 }
 
 /// What a row's entries are made of, decoded from its stored JSON without the rest.

@@ -52,6 +52,7 @@ pub use dual::pending_row::{decode_pending, pending_rows, PendingRow, PENDING_FO
 pub use dual::requests::Settled;
 pub use dual::settle::{Hold, Present, Reading, Reconcile, Reconcilers, SettleOptions};
 pub use hash::{canonical, State};
+pub use index::{entries_of as index_entries, FORMAT as INDEX_FORMAT};
 pub use restore::first_boot::{RESTORE_ACTION, RESTORE_RESOURCE};
 pub use restore::incarnation::{now_micros, History, Incarnation};
 pub use restore::refresh::{Known, Refresh, Refreshed, SubjectKey, TrailStates, REFRESH_VERB};

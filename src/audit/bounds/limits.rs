@@ -41,7 +41,7 @@ impl Default for Limits {
         Limits {
             retention: Duration::from_secs(365 * 86_400),
             sweep_interval: Duration::from_secs(3600),
-            sweep_batch: 100,
+            sweep_batch: 40,
             max_rows: 10_000_000,
             max_bytes: 8 << 30,
             outbox_max_backlog: 100_000,
