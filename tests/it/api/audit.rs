@@ -58,7 +58,8 @@ async fn create(node: &TestNode, id: &str, xff: &str) -> Reply {
     .await
 }
 
-fn seqs(page: &Value) -> Vec<u64> {
+/// The seqs of a page of rows.
+pub(crate) fn seqs(page: &Value) -> Vec<u64> {
     page["rows"]
         .as_array()
         .unwrap()

@@ -2,18 +2,10 @@
 //! `GET /admin/v1/audit/subjects/{resource}`, over real HTTP: exact rows, paged by `next`.
 
 use reqwest::Method;
-use serde_json::{json, Value};
+use serde_json::json;
 
+use crate::api::audit::seqs;
 use crate::support::node::*;
-
-fn seqs(page: &Value) -> Vec<u64> {
-    page["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["seq"].as_u64().unwrap())
-        .collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_by_actor_result_time_and_subject() {

@@ -1,6 +1,6 @@
 //! The admin API over real HTTP, against a node served on a free port.
 
-mod audit;
+pub(crate) mod audit;
 mod audit_proof;
 mod audit_query;
 mod auth;
