@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use ankusa::telemetry::lifecycle::sink_position;
 use serde_json::json;
 
-use crate::changes::{Conn, Kind};
+use crate::changes::{Conn, Kind, Paced};
 use crate::env::env;
 use crate::node::Node;
 use crate::stats::{percentile, Failures, Stages};
@@ -139,42 +139,17 @@ async fn paced(
     waiting: &Waiting,
     failures: &mut Failures,
 ) -> (Vec<Duration>, f64) {
-    let t0 = tokio::time::Instant::now() + Duration::from_millis(10);
-    let end = t0 + run_for;
-    let n = conns.len();
-    let tasks: Vec<_> = conns
+    let waiting = waiting.clone();
+    let track = move |p: &Paced| {
+        waiting.lock().unwrap().insert(p.seq, p.answered);
+    };
+    let (answered, began, f) = crate::changes::paced(conns, rate, run_for, track).await;
+    failures.merge(f);
+    let took = tokio::time::Instant::now() - began;
+    let mut http: Vec<Duration> = answered
         .iter()
-        .enumerate()
-        .map(|(k, conn)| {
-            let (conn, waiting) = (conn.clone(), waiting.clone());
-            tokio::spawn(async move {
-                let (mut http, mut failures) = (Vec::new(), Failures::default());
-                for j in 0u64.. {
-                    let at = t0 + Duration::from_secs_f64((j as usize * n + k) as f64 / rate);
-                    if at >= end {
-                        break;
-                    }
-                    tokio::time::sleep_until(at).await;
-                    match conn.change(j + 1).await {
-                        Ok(seq) => {
-                            let answered = Instant::now();
-                            waiting.lock().unwrap().insert(seq, answered);
-                            http.push(tokio::time::Instant::from_std(answered) - at);
-                        }
-                        Err(e) => failures.add(e),
-                    }
-                }
-                (http, failures)
-            })
-        })
+        .map(|p| tokio::time::Instant::from_std(p.answered) - p.due)
         .collect();
-    let mut http = Vec::new();
-    for t in tasks {
-        let (h, f) = t.await.expect("a paced connection");
-        http.extend(h);
-        failures.merge(f);
-    }
-    let took = tokio::time::Instant::now() - t0;
     http.sort_unstable();
     let answered = http.len() as f64 / took.as_secs_f64();
     (http, answered)

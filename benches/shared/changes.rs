@@ -6,12 +6,14 @@
 //! - route: `PATCH .../routes/r{c}` with a new destination each time (a dual write: a synced
 //!   pending row, the route store's write, the row's finish).
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
 use crate::node::TOKEN;
+use crate::stats::Failures;
 
 const TENANT: &str = "/admin/v1/tenants/bench";
 
@@ -157,4 +159,71 @@ impl Conn {
             )),
         }
     }
+}
+
+/// One change of a [`paced`] run.
+pub struct Paced {
+    /// Its row's seq (the answer's `X-Audit-Seq`).
+    pub seq: u64,
+    /// When its turn came.
+    pub due: tokio::time::Instant,
+    /// Just before its request.
+    #[allow(dead_code)] // The load bench times from `due`.
+    pub sent: Instant,
+    /// When its answer was read.
+    pub answered: Instant,
+}
+
+/// Changes at `rate`/s for `run_for` over `conns`, open loop: each connection's changes are
+/// due at their slots of one schedule spread over all of them, whatever the answers before
+/// them. `each` sees every answer as it comes (a tracker of what was answered). The changes
+/// answered, when the schedule began, and the failures.
+pub async fn paced(
+    conns: &[Arc<Conn>],
+    rate: f64,
+    run_for: Duration,
+    each: impl Fn(&Paced) + Clone + Send + 'static,
+) -> (Vec<Paced>, tokio::time::Instant, Failures) {
+    let t0 = tokio::time::Instant::now() + Duration::from_millis(10);
+    let end = t0 + run_for;
+    let n = conns.len();
+    let tasks: Vec<_> = conns
+        .iter()
+        .enumerate()
+        .map(|(k, conn)| {
+            let (conn, each) = (conn.clone(), each.clone());
+            tokio::spawn(async move {
+                let (mut answered, mut failures) = (Vec::new(), Failures::default());
+                for j in 0u64.. {
+                    let due = t0 + Duration::from_secs_f64((j as usize * n + k) as f64 / rate);
+                    if due >= end {
+                        break;
+                    }
+                    tokio::time::sleep_until(due).await;
+                    let sent = Instant::now();
+                    match conn.change(j + 1).await {
+                        Ok(seq) => {
+                            let change = Paced {
+                                seq,
+                                due,
+                                sent,
+                                answered: Instant::now(),
+                            };
+                            each(&change);
+                            answered.push(change);
+                        }
+                        Err(e) => failures.add(e),
+                    }
+                }
+                (answered, failures)
+            })
+        })
+        .collect();
+    let (mut all, mut failures) = (Vec::new(), Failures::default());
+    for t in tasks {
+        let (answered, f) = t.await.expect("a paced connection");
+        all.extend(answered);
+        failures.merge(f);
+    }
+    (all, t0, failures)
 }

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::changes::{Conn, Kind};
+use crate::changes::{self, Conn, Kind};
 use crate::stats::Failures;
 
 /// A change's `i` (its route's new destination) for the warm-up changes: never one the
@@ -59,41 +59,21 @@ pub async fn paced(
     run_for: Duration,
     latest: &Arc<AtomicU64>,
 ) -> (Vec<Sent>, Failures) {
-    let t0 = tokio::time::Instant::now() + Duration::from_millis(10);
-    let end = t0 + run_for;
-    let n = conns.len();
-    let tasks: Vec<_> = conns
+    let latest = latest.clone();
+    let track = move |p: &changes::Paced| {
+        latest.fetch_max(p.seq, Ordering::Relaxed);
+    };
+    let (answered, _, failures) = changes::paced(conns, rate, run_for, track).await;
+    let mut sent: Vec<Sent> = answered
         .iter()
-        .enumerate()
-        .map(|(k, conn)| {
-            let (conn, latest) = (conn.clone(), latest.clone());
-            tokio::spawn(async move {
-                let (mut sent, mut failures) = (Vec::new(), Failures::default());
-                for j in 0u64.. {
-                    let at = t0 + Duration::from_secs_f64((j as usize * n + k) as f64 / rate);
-                    if at >= end {
-                        break;
-                    }
-                    tokio::time::sleep_until(at).await;
-                    let before = Instant::now();
-                    match conn.change(j + 1).await {
-                        Ok(seq) => {
-                            latest.fetch_max(seq, Ordering::Relaxed);
-                            let answered = Instant::now();
-                            sent.push(Sent {
-                                seq,
-                                sent: before,
-                                answered,
-                            });
-                        }
-                        Err(e) => failures.add(e),
-                    }
-                }
-                (sent, failures)
-            })
+        .map(|p| Sent {
+            seq: p.seq,
+            sent: p.sent,
+            answered: p.answered,
         })
         .collect();
-    gather(tasks).await
+    sent.sort_unstable_by_key(|s| s.seq);
+    (sent, failures)
 }
 
 /// Changes as fast as the node answers them, one in flight per connection, until

@@ -63,10 +63,7 @@ pub(crate) fn page(
     filter: &Filter,
     budget: usize,
 ) -> Result<Scanned, StoreError> {
-    let mut scanned = Scanned {
-        rows: Vec::new(),
-        cut_at: None,
-    };
+    let mut scanned = Scanned::default();
     let (lo, hi) = window(store, filter.from, filter.until)?;
     let start = after.max(lo.saturating_sub(1));
     if start >= hi {

@@ -300,7 +300,7 @@ pub fn page(
 }
 
 /// A page read within a budget of rows.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Scanned {
     /// The matching rows, in seq order.
     pub rows: Vec<Row>,
@@ -318,10 +318,7 @@ pub fn page_within(
     filter: &Filter,
     budget: usize,
 ) -> Result<Scanned, StoreError> {
-    let mut scanned = Scanned {
-        rows: Vec::new(),
-        cut_at: None,
-    };
+    let mut scanned = Scanned::default();
     if limit == 0 || after == u64::MAX || budget == 0 {
         return Ok(scanned);
     }

@@ -44,7 +44,12 @@ pub(crate) fn hook_sink(v: &mut Value, sinks: Value, url: &str) {
 
 /// Creates source `id` of tenant t1 (a lifecycle event) and returns the reply.
 pub(crate) async fn create_source(node: &TestNode, id: &str) -> Reply {
-    let source = json!({"id": id, "kind": "webhook", "secret": "sekrit", "config": {}});
+    create_source_with(node, id, json!({})).await
+}
+
+/// Creates source `id` of tenant t1 with `config` and returns the reply.
+pub(crate) async fn create_source_with(node: &TestNode, id: &str, config: Value) -> Reply {
+    let source = json!({"id": id, "kind": "webhook", "secret": "sekrit", "config": config});
     let r = node
         .call(
             Method::POST,

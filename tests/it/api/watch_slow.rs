@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::api::lifecycle::create_source_with;
 use crate::support::node::*;
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
@@ -17,17 +18,12 @@ use serde_json::json;
 const SOURCES: usize = 160;
 
 async fn big_source(node: &TestNode, i: usize) {
-    let source = json!({"id": format!("s{i}"), "kind": "webhook", "secret": "sekrit",
-                        "config": {"blob": "x".repeat(32 << 10)}});
-    let r = node
-        .call(
-            Method::POST,
-            "/admin/v1/tenants/t1/sources",
-            ADMIN,
-            Some(source),
-        )
-        .await;
-    assert_eq!(r.status, 201, "{}", r.text);
+    create_source_with(
+        node,
+        &format!("s{i}"),
+        json!({"blob": "x".repeat(32 << 10)}),
+    )
+    .await;
 }
 
 /// The ids of the server-sent events in `bytes` (a stream's body as received).
