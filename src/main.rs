@@ -55,6 +55,11 @@ enum AuditCommand {
     /// printed); 2: it cannot be checked (no store, no tree, an unreadable or unsigned
     /// checkpoint).
     Verify(cli::audit::VerifyArgs),
+    /// Stream a window of a node's trail (the same filters as GET /admin/v1/audit) as
+    /// NDJSON, each row with its inclusion proof against a signed checkpoint, for checking
+    /// without the node. Exit 0 only for a complete export; 1 on any failure (a refused
+    /// token, a node down, a cut stream).
+    Export(cli::audit_export::ExportArgs),
 }
 
 fn main() -> ExitCode {
@@ -85,6 +90,7 @@ fn main() -> ExitCode {
         Command::Audit(AuditCommand::Verify(verify)) => {
             return cli::audit::verify(&config, verify, &mut std::io::stdout().lock());
         }
+        Command::Audit(AuditCommand::Export(export)) => cli::audit_export::run(export),
         Command::Backup(backup) => cli::backup::run(&config, backup, &mut std::io::stdout().lock()),
         Command::Config(command) => cli::config::run(
             &config,

@@ -5,6 +5,8 @@
 //! returns the audit key or hashes anything a caller sends.
 
 use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -22,7 +24,7 @@ const MAX_FILTER_LEN: usize = 256;
 
 /// The most rows one request reads, matching or not: a filter few rows match answers with
 /// what it found and a `next` to go on from, instead of reading the whole trail at once.
-const SCAN_BUDGET: usize = 50_000;
+pub(crate) const SCAN_BUDGET: usize = 50_000;
 
 /// `?after=<seq>&limit=<n>&tenant=&action=&resource=<prefix>&actor=&result=&from=&until=`.
 #[derive(Debug, Deserialize)]
@@ -64,12 +66,14 @@ pub struct SubjectQuery {
 /// more rows may follow: after a full page, or when the read stopped at [`SCAN_BUDGET`] rows
 /// or index entries (a page then holds fewer rows than asked, even none). An actor, a
 /// tenant, a result other than `ok` or a time window is answered from the rows' index
-/// entries.
+/// entries. With `Accept: application/x-ndjson`, the whole window streams instead, each
+/// row with its proof ([`super::audit_export`]).
 pub async fn list(
     _: Authorized<AuditRead>,
     State(state): State<AppState>,
+    headers: HeaderMap,
     ApiQuery(query): ApiQuery<AuditQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let filter = Filter {
         tenant: checked("tenant", query.tenant)?,
         action: checked("action", query.action)?,
@@ -80,7 +84,12 @@ pub async fn list(
         until: time("until", query.until)?,
         ..Filter::default()
     };
-    rows_page(&state, query.after, query.limit, filter).await
+    if super::audit_export::wanted(&headers) {
+        return super::audit_export::export(state, query.after, query.limit, filter).await;
+    }
+    Ok(rows_page(&state, query.after, query.limit, filter)
+        .await?
+        .into_response())
 }
 
 /// `GET /admin/v1/audit/subjects/{resource}`: the rows of one subject, in seq order, from its
@@ -226,7 +235,7 @@ pub async fn consistency(
     Ok(Json(json!(proof)))
 }
 
-fn proof_error(field: &str, e: ProofError) -> ApiError {
+pub(super) fn proof_error(field: &str, e: ProofError) -> ApiError {
     match e {
         ProofError::NoTree => ApiError::Conflict {
             code: "conflict",

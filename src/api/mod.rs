@@ -9,6 +9,7 @@
 //! (`limits.rs`), and one backup at a time (`backups.rs`).
 
 pub mod audit;
+pub mod audit_export;
 pub mod auth;
 pub mod backups;
 pub mod context;

@@ -45,6 +45,13 @@ impl std::str::FromStr for Hidden {
     }
 }
 
+impl Hidden {
+    /// The value, for the one place it goes (a header, a signature check).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
 impl std::fmt::Debug for Hidden {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("<redacted>")

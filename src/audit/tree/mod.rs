@@ -27,10 +27,12 @@
 //!
 //! Parts: `stored.rs` is the nodes as stored; `checkpoint.rs` signs and reads checkpoints;
 //! `boot.rs` brings the tree up to the trail at start; `proof.rs` reads inclusion and
-//! consistency proofs; `verify.rs` checks a whole store offline.
+//! consistency proofs; `export.rs` a window of rows with their proofs, page by page;
+//! `verify.rs` checks a whole store offline.
 
 pub(crate) mod boot;
 pub mod checkpoint;
+pub mod export;
 pub mod proof;
 mod stored;
 pub mod verify;

@@ -1,6 +1,8 @@
 //! The admin API over real HTTP, against a node served on a free port.
 
 pub(crate) mod audit;
+mod audit_export;
+mod audit_export_cli;
 mod audit_proof;
 mod audit_query;
 mod auth;
