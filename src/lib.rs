@@ -33,6 +33,7 @@ pub mod api;
 pub mod audit;
 pub mod cli;
 pub mod config;
+pub mod console;
 #[cfg(test)]
 mod conventions;
 pub mod lifecycle;

@@ -213,6 +213,20 @@ async fn serve_on(
             watchers_stop.cancel();
         }
     };
+    let console = config
+        .api
+        .console_enabled()
+        .then(|| Arc::new(crate::console::Console::default()));
+    // The Delivery page's plot: the node's own last hour of each sink.
+    let sampling = match (&console, &publisher) {
+        (Some(console), Some(publisher)) => Some(crate::console::history::keep(
+            console.history.clone(),
+            trail.clone(),
+            publisher.clone(),
+            stop.clone(),
+        )),
+        _ => None,
+    };
     let ready = Arc::new(AtomicBool::new(false));
     let work = TaskTracker::new();
     let state = AppState::new(Shared {
@@ -229,6 +243,7 @@ async fn serve_on(
         losses,
         work: work.clone(),
         backing_up: Arc::new(tokio::sync::Semaphore::new(1)),
+        console: console.clone(),
     });
     crate::telemetry::node::serving(addr, *trail.committed().borrow());
     ready.store(true, Ordering::Release);
@@ -258,6 +273,9 @@ async fn serve_on(
         let _ = refreshing.await;
     }
     let _ = watching.await;
+    if let Some(sampling) = sampling {
+        let _ = sampling.await;
+    }
     for drifting in drifts {
         let _ = drifting.await;
     }

@@ -109,7 +109,7 @@ pub async fn subject(
 }
 
 /// An RFC 3339 time as unix ms (a time before 1970 is 1970), or a 400 naming `field`.
-fn time(field: &str, value: Option<String>) -> Result<Option<u64>, ApiError> {
+pub(crate) fn time(field: &str, value: Option<String>) -> Result<Option<u64>, ApiError> {
     value
         .map(|v| {
             chrono::DateTime::parse_from_rfc3339(&v)
@@ -154,7 +154,7 @@ pub async fn get(
     Ok(Json(json!(row)))
 }
 
-fn checked(field: &str, value: Option<String>) -> Result<Option<String>, ApiError> {
+pub(crate) fn checked(field: &str, value: Option<String>) -> Result<Option<String>, ApiError> {
     match value {
         Some(v)
             if v.is_empty()

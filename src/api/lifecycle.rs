@@ -94,12 +94,20 @@ pub async fn redrive(
     State(state): State<AppState>,
     ApiPath(sink): ApiPath<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let target = known_sink(&state, &sink)?;
-    let counted = letter_count(&state, &sink)?;
-    let report = dead_letters::redrive(&state.trail, ctx, &counted, &*target)
+    Ok(Json(json!(redrive_sink(&state, ctx, &sink).await?)))
+}
+
+/// Redrive sink `sink`'s dead letters for `ctx`: the API's and the console's one way.
+pub async fn redrive_sink(
+    state: &AppState,
+    ctx: crate::audit::Context,
+    sink: &str,
+) -> Result<dead_letters::Redriven, ApiError> {
+    let target = known_sink(state, sink)?;
+    let counted = letter_count(state, sink)?;
+    dead_letters::redrive(&state.trail, ctx, &counted, &*target)
         .await
-        .map_err(letter_error)?;
-    Ok(Json(json!(report)))
+        .map_err(letter_error)
 }
 
 /// `DELETE /admin/v1/lifecycle/sinks/{sink}/dead-letters/{seq}`: drop one for good.
@@ -122,11 +130,22 @@ pub async fn enable(
     State(state): State<AppState>,
     ApiPath(sink): ApiPath<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let publisher = state.lifecycle.clone().ok_or_else(|| unknown_sink(&sink))?;
+    let row = enable_sink(&state, ctx, &sink).await?;
+    Ok(Json(json!({"enabled": sink, "audit_seq": row})))
+}
+
+/// Enable sink `sink` for `ctx`, to the end: the API's and the console's one way. The seq
+/// of its row.
+pub async fn enable_sink(
+    state: &AppState,
+    ctx: crate::audit::Context,
+    sink: &str,
+) -> Result<u64, ApiError> {
+    let publisher = state.lifecycle.clone().ok_or_else(|| unknown_sink(sink))?;
     // To the end: a client that goes away once the row is on its way does not leave the row
     // without the enable.
-    let (trail, name) = (state.trail.clone(), sink.clone());
-    let row = state
+    let (trail, name) = (state.trail.clone(), sink.to_owned());
+    state
         .finish(async move {
             let enabled = publisher.enable(&trail, ctx, &name).await;
             enabled.map_err(|e| {
@@ -139,8 +158,7 @@ pub async fn enable(
                 })
             })
         })
-        .await?;
-    Ok(Json(json!({"enabled": sink, "audit_seq": row})))
+        .await
 }
 
 /// The body of a snapshot request.

@@ -97,6 +97,8 @@ pub struct Shared {
     /// The one backup under way: kept by its work, so that a second one is refused (409)
     /// rather than queued behind it on the blocking pool.
     pub backing_up: Arc<tokio::sync::Semaphore>,
+    /// The console's sessions and history, when it is served (`api.console`).
+    pub console: Option<Arc<crate::console::Console>>,
 }
 
 impl Shared {
@@ -146,11 +148,16 @@ impl AdminState {
 /// The whole HTTP router.
 pub fn router(state: AppState) -> Router {
     let (admin, _) = router::admin();
+    let console = match state.console {
+        Some(_) => crate::console::router(),
+        None => Router::new(),
+    };
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .merge(admin)
+        .merge(console)
         .fallback(no_endpoint)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(state.admin.body_limit))

@@ -52,6 +52,9 @@ pub struct ApiConfig {
     /// Watchers of the lifecycle events at once (long-polls and streams); one more is
     /// answered 503 `too_many_watchers`.
     pub max_watchers: usize,
+    /// Whether the node serves its console at `/console/` (`auto`: when `listen` is a
+    /// loopback address).
+    pub console: ConsoleMode,
     /// Bearer tokens. Empty: the node makes one admin token on first start (see
     /// `api::auth`).
     pub tokens: Vec<TokenConfig>,
@@ -107,6 +110,18 @@ impl Scope {
     }
 }
 
+/// `api.console`: whether the node serves its console.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConsoleMode {
+    /// Served when the admin server listens on a loopback address only.
+    Auto,
+    /// Served wherever the admin server listens.
+    On,
+    /// Not served: `/console/` answers 404 like any unknown path.
+    Off,
+}
+
 /// An address or network whose `X-Forwarded-For` header the admin API believes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "String")]
@@ -147,6 +162,15 @@ const MAX_CONNECTIONS_RANGE: std::ops::RangeInclusive<usize> = 1..=65536;
 const MAX_RESERVED: usize = 4096;
 
 impl ApiConfig {
+    /// Whether the console is served.
+    pub fn console_enabled(&self) -> bool {
+        match self.console {
+            ConsoleMode::On => true,
+            ConsoleMode::Off => false,
+            ConsoleMode::Auto => self.listen.ip().is_loopback(),
+        }
+    }
+
     /// The admin server's connection limits.
     pub fn connection_limits(&self) -> crate::server::ConnectionLimits {
         crate::server::ConnectionLimits {

@@ -23,7 +23,7 @@ mod telemetry;
 #[cfg(test)]
 mod tests;
 
-pub use api::{ApiConfig, Scope, TokenConfig, TrustedProxy};
+pub use api::{ApiConfig, ConsoleMode, Scope, TokenConfig, TrustedProxy};
 pub use audit::{AuditConfig, SettlementConfig};
 pub use lifecycle::LifecycleConfig;
 pub use node::{relative_within, within, NodeConfig};

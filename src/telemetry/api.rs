@@ -53,6 +53,12 @@ pub fn request_forbidden(actor: &str, scope: Scope, request_id: Option<&str>) {
     );
 }
 
+/// A console form or request was refused as forged: no CSRF token of its session, or sent
+/// from another site.
+pub fn console_forged() {
+    tracing::warn!(target: "ankusa::api", "console request refused: forged (CSRF or origin)");
+}
+
 /// Something failed that the caller only sees as a 500 or 503.
 pub fn request_failed(error: &dyn Display) {
     tracing::error!(target: "ankusa::api", error = %error, "admin API request failed");

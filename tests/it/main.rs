@@ -12,6 +12,7 @@
 //! beside other tests, rely on nextest running every test in a process of its own.
 
 mod api;
+mod console;
 #[cfg(feature = "failpoints")]
 mod crash;
 #[cfg(feature = "failpoints")]

@@ -3,7 +3,7 @@
 pub(crate) mod audit;
 mod audit_export;
 mod audit_export_cli;
-mod audit_proof;
+pub(crate) mod audit_proof;
 mod audit_query;
 mod auth;
 mod input;

@@ -1,0 +1,215 @@
+//! The console's rules over plain HTTP: a token is traded for an HttpOnly, SameSite=Strict
+//! cookie; every answer carries the strict Content-Security-Policy; a form without the
+//! session's CSRF token, from another origin, or from a token without the scope is refused
+//! and writes no row; `api.console = "off"` serves nothing.
+
+use reqwest::{redirect, StatusCode};
+use serde_json::json;
+
+use crate::api::lifecycle::{create_source, hook_sink, read_until};
+use crate::support::node::*;
+use ankusa_sinks::test_support::Receiver;
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// Sign in with `token`: the session cookie (`name=value`).
+async fn session(node: &TestNode, token: &str) -> String {
+    let r = client()
+        .post(node.url("/console/login"))
+        .form(&[("token", token)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let set = r.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(
+        set.ends_with("; Path=/console; HttpOnly; SameSite=Strict"),
+        "{set}"
+    );
+    set.split(';').next().unwrap().to_owned()
+}
+
+/// A page's HTML, read with `cookie`.
+async fn page(node: &TestNode, cookie: &str, path: &str) -> (StatusCode, String) {
+    let r = client()
+        .get(node.url(path))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap();
+    (r.status(), r.text().await.unwrap())
+}
+
+/// The CSRF token a page's forms carry.
+fn csrf(html: &str) -> String {
+    let at = html
+        .find(r#"name="csrf" value=""#)
+        .expect("a form with a CSRF token")
+        + 19;
+    html[at..].split('"').next().unwrap().to_owned()
+}
+
+async fn post(
+    node: &TestNode,
+    cookie: &str,
+    path: &str,
+    csrf: &str,
+    origin: Option<&str>,
+) -> (StatusCode, String) {
+    let mut rb = client()
+        .post(node.url(path))
+        .header("cookie", cookie)
+        .form(&[("csrf", csrf)]);
+    if let Some(origin) = origin {
+        rb = rb.header("origin", origin);
+    }
+    let r = rb.send().await.unwrap();
+    (r.status(), r.text().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_headers_and_forged_posts() {
+    let receiver = Receiver::answering(410).await;
+    let url = receiver.url();
+    let node = TestNode::start_with(|v| hook_sink(v, json!(["hook"]), &url)).await;
+    create_source(&node, "s1").await;
+    read_until(&node, "/admin/v1/lifecycle", |s| {
+        s["sinks"][0]["state"] == "disabled"
+    })
+    .await;
+
+    // Without a session: sent to sign in. A wrong token: 401, no cookie.
+    let r = client()
+        .get(node.url("/console/trail"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(r.headers()["location"], "/console/login");
+    let r = client()
+        .post(node.url("/console/login"))
+        .form(&[("token", "tok-nobody")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    assert!(r.headers().get("set-cookie").is_none());
+    let csp = r.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        csp.starts_with("default-src 'none'; script-src 'self'; style-src 'self'"),
+        "{csp}"
+    );
+    assert_eq!(r.headers()["x-frame-options"], "DENY");
+    assert_eq!(r.headers()["cache-control"], "no-store");
+    // A bearer token is no session.
+    let r = client()
+        .get(node.url("/console/trail"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+
+    let admin = session(&node, ADMIN).await;
+    let (status, html) = page(&node, &admin, "/console/delivery").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(html.contains(r#"id="enable-hook""#));
+    let token = csrf(&html);
+
+    // Forged: no token, another session's token, another site's origin. No row for any.
+    let reader = session(&node, READER).await;
+    let (_, reader_html) = page(&node, &reader, "/console/delivery").await;
+    assert!(
+        !reader_html.contains("enable-hook"),
+        "a reader sees no write control"
+    );
+    let reader_token = csrf(&reader_html);
+    assert_ne!(reader_token, token);
+    let enable = "/console/delivery/hook/enable";
+    for (cookie, csrf, origin, why) in [
+        (&admin, "", None, "This form did not come"),
+        (
+            &admin,
+            reader_token.as_str(),
+            None,
+            "This form did not come",
+        ),
+        (
+            &admin,
+            token.as_str(),
+            Some("http://evil.example"),
+            "This form did not come",
+        ),
+        (
+            &reader,
+            reader_token.as_str(),
+            None,
+            "lacks the `admin:write` scope",
+        ),
+    ] {
+        let (status, html) = post(&node, cookie, enable, csrf, origin).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{why}");
+        assert!(html.contains(why), "{html}");
+    }
+    assert_eq!(node.rows().await.len(), 2, "no refused POST wrote a row");
+
+    // The real form: one row, by alice, from this client.
+    let (status, _) = post(&node, &admin, enable, &token, Some(&node.base)).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let row = node.row(3).await;
+    assert_eq!(
+        (&row["action"], &row["actor"]),
+        (&json!("sink.enable"), &json!("alice"))
+    );
+    assert_eq!(row["remote_ip"], "127.0.0.1");
+
+    // An auditor reads the trail, not the sinks.
+    let auditor = session(&node, AUDITOR).await;
+    assert_eq!(
+        page(&node, &auditor, "/console/trail").await.0,
+        StatusCode::OK
+    );
+    let (status, html) = page(&node, &auditor, "/console/delivery").await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert!(html.contains("lacks the `admin:read` scope"));
+    // A bad filter is shown beside the form.
+    let (status, html) = page(&node, &auditor, "/console/trail?from=yesterday").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(html.contains("from: not an RFC 3339 time"), "{html}");
+
+    // Signing out ends the session: its cookie is nothing any more.
+    let (_, html) = page(&node, &auditor, "/console/trail").await;
+    let (status, _) = post(&node, &auditor, "/console/logout", &csrf(&html), None).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        page(&node, &auditor, "/console/trail").await.0,
+        StatusCode::SEE_OTHER
+    );
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn the_console_can_be_turned_off() {
+    let node = TestNode::start_with(|v| v["api"]["console"] = json!("off")).await;
+    let r = client()
+        .get(node.url("/console/login"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let r = client()
+        .get(node.url("/console/assets/verify.js"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    node.stop().await;
+}
