@@ -213,3 +213,100 @@ async fn the_console_can_be_turned_off() {
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subject_snapshot_and_redrive_pages_work_without_javascript() {
+    // A receiver that refuses for good: the source's event becomes a dead letter.
+    let receiver = Receiver::answering(400).await;
+    let url = receiver.url();
+    let node = TestNode::start_with(|v| hook_sink(v, json!(["hook"]), &url)).await;
+    create_source(&node, "s1").await;
+    let patch = json!({"kind": "kafka"});
+    let r = node
+        .send(
+            node.req(
+                reqwest::Method::PATCH,
+                "/admin/v1/tenants/t1/sources/s1",
+                Some(ADMIN),
+            )
+            .header("if-match", "\"1\"")
+            .json(&patch),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    read_until(&node, "/admin/v1/lifecycle/sinks/hook/dead-letters", |l| {
+        l["dead_letters"].as_array().is_some_and(|l| l.len() == 2)
+    })
+    .await;
+    let admin = session(&node, ADMIN).await;
+
+    // The subject's history, oldest first, each line linking its row.
+    let (status, html) = page(
+        &node,
+        &admin,
+        "/console/subject?resource=sources%2Fs1&tenant=t1",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let create = html
+        .find(r#"<a href="/console/trail/1">row 1</a>"#)
+        .expect("row 1");
+    let update = html
+        .find(r#"<a href="/console/trail/2">row 2</a>"#)
+        .expect("row 2");
+    assert!(create < update, "oldest first");
+    assert!(html.contains("<strong>source.create</strong> by alice in t1, ok"));
+    assert!(html.contains("<strong>source.update</strong> by alice in t1, ok"));
+
+    // Snapshots: the incarnation the API lists, and the checkpoint section.
+    let status_json = node
+        .call(reqwest::Method::GET, "/admin/v1/lifecycle", ADMIN, None)
+        .await
+        .json();
+    let incarnation = status_json["incarnations"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (status, html) = page(&node, &admin, "/console/snapshots").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(html.contains(&incarnation), "{html}");
+
+    // Delivery lists both dead letters; a redrive once the receiver takes them delivers
+    // both, with one row each by alice.
+    let (_, html) = page(&node, &admin, "/console/delivery").await;
+    assert!(html.contains("Dead letters (2)"), "{html}");
+    // The plot of the sink's backlog from the node's own samples (the first at its start).
+    assert!(html.contains(r#"<polyline class="line" points="0.0,"#), "{html}");
+    assert!(html.contains("samples from"), "{html}");
+    receiver.answer(204);
+    let (status, _) = post(
+        &node,
+        &admin,
+        "/console/delivery/hook/redrive",
+        &csrf(&html),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let (_, html) = page(&node, &admin, "/console/delivery?done=x").await;
+    assert!(html.contains("Dead letters (0)"), "{html}");
+    let rows = node.rows().await;
+    let redriven: Vec<_> = rows
+        .iter()
+        .filter(|r| r["action"] == "dead_letter.redrive")
+        .map(|r| {
+            (
+                r["resource"].as_str().unwrap(),
+                r["actor"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        redriven,
+        vec![
+            ("sinks/hook/dead-letters/1", "alice"),
+            ("sinks/hook/dead-letters/2", "alice")
+        ]
+    );
+    node.stop().await;
+}
