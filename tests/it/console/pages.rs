@@ -310,3 +310,88 @@ async fn an_operator_enables_a_disabled_sink_and_a_reader_cannot() {
     );
     node.stop().await;
 }
+
+/// Every control of `page` has a label, and the first Tab reaches the skip link.
+async fn accessible(c: &Client, page: &str) {
+    let unlabelled = c
+        .execute(
+            "return [...document.querySelectorAll('input:not([type=hidden]), select, textarea')] \
+             .filter(e => e.labels.length === 0).map(e => e.id || e.name);",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(unlabelled, json!([]), "{page}: controls without a label");
+    let untitled = c
+        .execute(
+            "return [...document.querySelectorAll('svg')].filter(s => s.getAttribute('role') !== 'img' \
+             || !s.querySelector('title')).length;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(untitled, json!(0), "{page}: a picture without a text");
+    c.execute(
+        "document.activeElement && document.activeElement.blur();",
+        vec![],
+    )
+    .await
+    .unwrap();
+    c.active_element()
+        .await
+        .unwrap()
+        .send_keys(&char::from(fantoccini::key::Key::Tab).to_string())
+        .await
+        .unwrap();
+    let focused = c
+        .execute("return document.activeElement.textContent;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(focused, json!("Skip to content"), "{page}: the first Tab");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pages_work_by_keyboard_with_labels_and_both_themes() {
+    let receiver = Receiver::answering(204).await;
+    let url = receiver.url();
+    let node = TestNode::start_with(|v| hook_sink(v, json!(["hook"]), &url)).await;
+    create_source(&node, "s1").await;
+    let base = node.base.clone();
+    Browser::run("keyboard", |c: Client| async move {
+        // Signed in by keyboard alone: the token field has the focus, Enter submits.
+        c.goto(&format!("{base}/console/login")).await.unwrap();
+        let field = c.active_element().await.unwrap();
+        assert_eq!(field.attr("id").await.unwrap().as_deref(), Some("token"));
+        field
+            .send_keys(&format!(
+                "{ADMIN}{}",
+                char::from(fantoccini::key::Key::Enter)
+            ))
+            .await
+            .unwrap();
+        text(&c, "who").await;
+        for page in [
+            "trail",
+            "trail/1",
+            "subject?resource=sources%2Fs1",
+            "delivery",
+            "snapshots",
+        ] {
+            c.goto(&format!("{base}/console/{page}")).await.unwrap();
+            text(&c, "who").await;
+            accessible(&c, page).await;
+        }
+        // A light and a dark palette, chosen by the system's preference.
+        let dark = c
+            .execute(
+                "return [...document.styleSheets].flatMap(s => [...s.cssRules]) \
+                 .some(r => r.conditionText === '(prefers-color-scheme: dark)');",
+                vec![],
+            )
+            .await
+            .unwrap();
+        assert_eq!(dark, json!(true));
+    })
+    .await;
+    node.stop().await;
+}
