@@ -21,6 +21,18 @@ fn embedded_default_loads() {
 }
 
 #[test]
+fn the_console_is_on_by_default_on_loopback_only() {
+    let on = |toml: &str| load_str(toml).unwrap().api.console_enabled();
+    assert!(on(""));
+    assert!(on("[api]\nlisten = \"[::1]:9000\"\n"));
+    assert!(!on("[api]\nlisten = \"0.0.0.0:9000\"\n"));
+    assert!(on("[api]\nlisten = \"0.0.0.0:9000\"\nconsole = \"on\"\n"));
+    assert!(!on("[api]\nconsole = \"off\"\n"));
+    let err = load_str("[api]\nconsole = \"yes\"\n").unwrap_err().to_string();
+    assert!(err.contains("api.console"), "{err}");
+}
+
+#[test]
 fn file_overrides_defaults() {
     let c = load_str("[api]\nlisten = \"127.0.0.1:9000\"\n").unwrap();
     assert_eq!(c.api.listen.port(), 9000);
