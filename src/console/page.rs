@@ -131,10 +131,16 @@ pub fn render(page: &impl Template) -> Response {
 /// Middleware on every console answer: the policy above, no sniffing, no referrer to other
 /// sites, and nothing kept in a cache (a page shows what one token may see). `same-origin`
 /// rather than `no-referrer`: under the latter a browser sends `Origin: null` even on the
-/// console's own forms, and the origin check refuses them.
+/// console's own forms, and the origin check refuses them. `Server-Timing` says how long the
+/// node took to make the answer, for the browser's tools and the benchmark.
 pub async fn headers(request: Request, next: Next) -> Response {
+    let started = std::time::Instant::now();
     let mut response = next.run(request).await;
+    let took = format!("app;dur={:.3}", started.elapsed().as_secs_f64() * 1000.0);
     let h = response.headers_mut();
+    if let Ok(took) = HeaderValue::from_str(&took) {
+        h.insert("server-timing", took);
+    }
     h.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(CSP),

@@ -109,6 +109,8 @@ async fn sessions_headers_and_forged_posts() {
     );
     assert_eq!(r.headers()["x-frame-options"], "DENY");
     assert_eq!(r.headers()["cache-control"], "no-store");
+    let timing = r.headers()["server-timing"].to_str().unwrap();
+    assert!(timing.starts_with("app;dur="), "{timing}");
     // A bearer token is no session.
     let r = client()
         .get(node.url("/console/trail"))
@@ -276,7 +278,10 @@ async fn subject_snapshot_and_redrive_pages_work_without_javascript() {
     let (_, html) = page(&node, &admin, "/console/delivery").await;
     assert!(html.contains("Dead letters (2)"), "{html}");
     // The plot of the sink's backlog from the node's own samples (the first at its start).
-    assert!(html.contains(r#"<polyline class="line" points="0.0,"#), "{html}");
+    assert!(
+        html.contains(r#"<polyline class="line" points="0.0,"#),
+        "{html}"
+    );
     assert!(html.contains("samples from"), "{html}");
     receiver.answer(204);
     let (status, _) = post(
