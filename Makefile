@@ -18,6 +18,7 @@ bench: ## Throughput and latency figures, as ratios against raw baselines
 	cargo bench --bench load
 	cargo bench --bench store
 	cargo bench --bench watch
+	cargo bench --bench audit
 
 lint:  ## Formatting, cargo deny and clippy, as CI wants them
 	cargo fmt --all -- --check

@@ -21,18 +21,17 @@
 //! `audit.max_rows`: with a small N (10000) the trail reaches it within the first round, and
 //! from then on every change prunes the oldest row in its own batch (ours at a ceiling).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::committers::{commit_one, interleaved, runtime, subject, Ours};
 use crate::env::env;
 use crate::figures::{median, spread};
-use ankusa::audit::{
-    Change, CommitError, Context, Limits, SystemClock, Trail, TrailOptions, TreeOptions,
-};
-use ankusa::store::Cf;
-use serde_json::json;
+use ankusa::audit::{Limits, SystemClock, Trail, TrailOptions, TreeOptions};
 
+#[path = "shared/committers.rs"]
+mod committers;
 #[path = "shared/cpu.rs"]
 mod cpu;
 #[path = "shared/env.rs"]
@@ -78,7 +77,7 @@ fn main() {
         for round in 1..=ROUNDS {
             let ours = bench_ours(n, run_for, true);
             let raw = bench_raw(n, run_for);
-            let pair = bench_tree_on_off(n, run_for);
+            let pair = interleaved(n, run_for, |dir, side| open_trail(dir, side == 0));
             let row = Round { ours, raw, pair };
             row.print(n, &format!("round {round}"));
             rounds.push(row);
@@ -132,22 +131,6 @@ impl Round {
     }
 }
 
-/// A subject of about the size of a real source (~300 bytes of JSON).
-fn subject(key: &str) -> serde_json::Value {
-    json!({
-        "id": key, "tenant": "tenant-0001", "kind": "http", "revision": 1,
-        "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
-        "config": {"url": "https://example.invalid/hooks/ingest", "timeout_ms": 5000, "headers": {"x-env": "prod"}}
-    })
-}
-
-/// One measurement of ours: commits/s and the process's CPU per commit.
-#[derive(Clone, Copy)]
-struct Ours {
-    rate: f64,
-    cpu_us: f64,
-}
-
 /// A trail on a store in `dir`, with the tree on or off.
 fn open_trail(dir: &std::path::Path, tree: bool) -> Trail {
     let store = ankusa::store::Store::open(dir).unwrap();
@@ -163,36 +146,6 @@ fn open_trail(dir: &std::path::Path, tree: bool) -> Trail {
         ..TrailOptions::default()
     };
     Trail::start(store, options, Arc::new(SystemClock)).unwrap()
-}
-
-/// Committer `c`'s `i`th commit: a source created, with its row.
-async fn commit_one(trail: &Trail, c: usize, i: u64) {
-    let key = format!("c{c}-{i}");
-    trail
-        .commit(
-            Context::new("bench", Some("127.0.0.1".into()), Some(key.clone())),
-            move |tx| {
-                let s = subject(&key);
-                tx.put_json(Cf::Sources, key.clone().into_bytes(), &s)?;
-                let change = Change::new("source.create", format!("sources/{key}"))
-                    .tenant("tenant-0001")
-                    .states(None, Some(s))
-                    .revision(1)
-                    .entity(
-                        json!({"id": key, "tenant": "tenant-0001", "kind": "http", "revision": 1}),
-                    );
-                Ok::<_, CommitError<()>>((change, ()))
-            },
-        )
-        .await
-        .unwrap();
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 fn bench_ours(committers: usize, run_for: Duration, tree: bool) -> Ours {
@@ -228,69 +181,6 @@ fn bench_ours(committers: usize, run_for: Duration, tree: bool) -> Ours {
             rate: done as f64 / elapsed.as_secs_f64(),
             cpu_us,
         }
-    })
-}
-
-/// Slots of the interleaved measurement: short, so that the machine's drift (neighbours, the
-/// disk) is alike for both trails.
-const SLOT: Duration = Duration::from_millis(200);
-
-/// Ours with the tree on and ours with it off, both trails open at once: the committers
-/// commit to one trail for a [`SLOT`], then to the other, for `run_for` each, and each slot's
-/// commits, time and process CPU count for its trail. (A commit in flight when the slot ends
-/// finishes in the next one: as much for either trail.)
-fn bench_tree_on_off(committers: usize, run_for: Duration) -> (Ours, Ours) {
-    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
-    runtime().block_on(async {
-        let trails = Arc::new([
-            open_trail(dirs[0].path(), true),
-            open_trail(dirs[1].path(), false),
-        ]);
-        let (stop, active) = (
-            Arc::new(AtomicBool::new(false)),
-            Arc::new(AtomicUsize::new(0)),
-        );
-        let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
-        let mut tasks = vec![];
-        for c in 0..committers {
-            let (trails, stop, active, counts) =
-                (trails.clone(), stop.clone(), active.clone(), counts.clone());
-            tasks.push(tokio::spawn(async move {
-                let mut i = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    let t = active.load(Ordering::Relaxed);
-                    commit_one(&trails[t], c, i).await;
-                    i += 1;
-                    counts[t].fetch_add(1, Ordering::Relaxed);
-                }
-            }));
-        }
-        let (mut elapsed, mut cpu_us) = ([Duration::ZERO; 2], [0.0f64; 2]);
-        let slots = 2 * (run_for.as_millis() / SLOT.as_millis()).max(1);
-        for slot in 0..slots as usize {
-            let t = slot % 2;
-            active.store(t, Ordering::Relaxed);
-            let (started, cpu) = (Instant::now(), cpu::Cpu::now(None));
-            tokio::time::sleep(SLOT).await;
-            elapsed[t] += started.elapsed();
-            cpu_us[t] += cpu::Cpu::now(None).map_or(f64::NAN, |c| c.per_change_since(cpu, 1));
-        }
-        stop.store(true, Ordering::Relaxed);
-        for t in tasks {
-            t.await.unwrap();
-        }
-        let trails = Arc::into_inner(trails).expect("the committers are done");
-        for trail in trails {
-            trail.shutdown().await;
-        }
-        let ours = |t: usize| {
-            let done = counts[t].load(Ordering::Relaxed);
-            Ours {
-                rate: done as f64 / elapsed[t].as_secs_f64(),
-                cpu_us: cpu_us[t] / done.max(1) as f64,
-            }
-        };
-        (ours(0), ours(1))
     })
 }
 

@@ -22,13 +22,14 @@ use ankusa::audit::{
     Change, Clock, CommitError, Context, Limits, SystemClock, Trail, TrailOptions, Usage,
 };
 use ankusa::store::{keys, keys::meta, Cf, Store};
-use rocksdb::{ColumnFamilyDescriptor, DBCompressionType, Options, WriteBatch, DB};
 use serde_json::json;
 
 #[path = "shared/figures.rs"]
 mod figures;
 #[path = "shared/rows.rs"]
 mod rows;
+#[path = "shared/trail.rs"]
+mod trail;
 
 const DAY_MS: u64 = 86_400_000;
 const SINK: &str = "bench";
@@ -213,70 +214,22 @@ fn unique() -> u32 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
-fn raw_db(dir: &std::path::Path) -> DB {
-    let mut opts = Options::default();
-    opts.create_if_missing(true);
-    opts.create_missing_column_families(true);
-    let cfs = Cf::ALL.iter().map(|cf| {
-        let mut o = Options::default();
-        o.set_compression_type(DBCompressionType::Lz4);
-        if *cf == Cf::Audit {
-            o.set_write_buffer_size(64 << 20);
-        }
-        ColumnFamilyDescriptor::new(cf.name(), o)
-    });
-    DB::open_cf_descriptors(&opts, dir, cfs).unwrap()
-}
-
 /// Write `n` rows committed 400 days ago, each with an entity, and the meta that matches.
 fn build(dir: &std::path::Path, n: u64) -> Usage {
-    let db = raw_db(dir);
-    let audit = db.cf_handle(Cf::Audit.name()).unwrap();
     let at0 = SystemClock.now_ms() - 400 * DAY_MS;
-    let mut usage = Usage {
-        from: 1,
-        ..Usage::default()
-    };
-    let mut batch = WriteBatch::default();
-    for seq in 1..=n {
-        let at = at0 + seq / 100;
+    let row = |seq: u64| {
         let id = format!("src-{seq:08}");
-        let row = rows::source_row(seq, at, &id);
-        let (k, v) = (keys::row_key(seq, at), serde_json::to_vec(&row).unwrap());
         let entity = serde_json::to_vec(
             &json!({"id": id, "tenant": "tenant-0001", "kind": "http", "revision": seq}),
         )
         .unwrap();
-        usage.rows += 1;
-        usage.bytes += (k.len() + v.len() + keys::SEQ_KEY_LEN + entity.len()) as u64;
-        batch.put_cf(audit, k, v);
-        batch.put_cf(audit, keys::outbox_key(seq), entity);
-        // Its index entries, as a node writes them beside it.
-        for entry in ankusa::audit::index_entries(&row) {
-            usage.bytes += entry.len() as u64;
-            batch.put_cf(audit, entry, []);
-        }
-        if seq.is_multiple_of(10_000) {
-            db.write(std::mem::take(&mut batch)).unwrap();
-        }
-    }
-    usage.seq = n;
-    let meta_put =
-        |b: &mut WriteBatch, name: &str, v: &[u8]| b.put_cf(audit, keys::meta_key(name), v);
-    meta_put(&mut batch, meta::AUDIT_SEQ, &n.to_be_bytes());
-    meta_put(&mut batch, meta::AUDIT_USAGE, &usage.encode());
-    meta_put(&mut batch, &meta::sink_position(SINK), &n.to_be_bytes());
-    meta_put(&mut batch, meta::LIFECYCLE_CURSOR, &n.to_be_bytes());
-    meta_put(&mut batch, meta::INDEX, &[ankusa::audit::INDEX_FORMAT]);
-    db.write(batch).unwrap();
-    for cf in Cf::ALL {
-        db.flush_cf(db.cf_handle(cf.name()).unwrap()).unwrap();
-    }
-    usage
+        (rows::source_row(seq, at0 + seq / 100, &id), Some(entity))
+    };
+    trail::build(dir, n, row, Some(SINK))
 }
 
 fn delete_usage(dir: &std::path::Path) {
-    let db = raw_db(dir);
+    let db = trail::raw_db(dir);
     let audit = db.cf_handle(Cf::Audit.name()).unwrap();
     db.delete_cf(audit, keys::meta_key(meta::AUDIT_USAGE))
         .unwrap();

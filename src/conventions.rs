@@ -124,3 +124,22 @@ fn log_lines_are_named_events_in_telemetry() {
     }
     assert!(found.is_empty(), "log macros outside telemetry: {found:?}");
 }
+
+/// `TrailOptions::bench_without_index` exists for the audit benchmark only: no code of the
+/// node sets it but the options' default (`false`), so no config key or path of the node can
+/// leave a row's index entries out.
+#[test]
+fn only_the_audit_benchmark_leaves_index_entries_out() {
+    let setting: Vec<String> = sources("src")
+        .into_iter()
+        .filter(|(path, _)| !path.ends_with("conventions.rs"))
+        .filter(|(_, text)| flat(text).contains("bench_without_index:"))
+        .map(|(path, _)| path)
+        .collect();
+    assert_eq!(setting, ["src/audit/mod.rs"], "set outside its default");
+    let (_, options) = sources("src/audit")
+        .into_iter()
+        .find(|(path, _)| path == "src/audit/mod.rs")
+        .unwrap();
+    assert!(flat(&options).contains("bench_without_index:false,"));
+}

@@ -117,6 +117,12 @@ pub struct TrailOptions {
     pub limits: Limits,
     /// The Merkle tree and its checkpoints (`[audit]`).
     pub tree: TreeOptions,
+    /// Exists for the audit benchmark (`benches/audit`) only, to measure what the index
+    /// entries cost a commit: `true` leaves them out of the rows of `Trail::commit`. No
+    /// config key reaches it (the node builds its options from `..Default`), and a trail
+    /// written so answers queries without those rows: never set it elsewhere.
+    #[doc(hidden)]
+    pub bench_without_index: bool,
 }
 
 impl Default for TrailOptions {
@@ -127,6 +133,7 @@ impl Default for TrailOptions {
             sinks: Vec::new(),
             limits: Limits::default(),
             tree: TreeOptions::default(),
+            bench_without_index: false,
         }
     }
 }

@@ -240,8 +240,9 @@ pub struct Filter {
 }
 
 impl Filter {
-    /// Whether `row` is one the filter lets through.
-    pub(crate) fn matches(&self, row: &Row) -> bool {
+    /// Whether `row` is one the filter lets through (public for the audit benchmark's full
+    /// scan, which sets the index walks beside it).
+    pub fn matches(&self, row: &Row) -> bool {
         self.publish.is_none_or(|p| row.publish == p)
             && self
                 .tenant

@@ -89,6 +89,8 @@ pub(crate) struct Writer {
     signing: Option<Signing>,
     /// The pending rows begun in this run and not yet moved into the trail, by id.
     begun: HashMap<u64, Begun>,
+    /// `TrailOptions::bench_without_index`: the benchmark's commits without index entries.
+    without_index: bool,
 }
 
 /// What the parts that hand the writer their own requests (`dual::writer_side`,
@@ -174,6 +176,7 @@ pub(crate) fn start(
         unsynced: Default::default(),
         signing,
         begun: HashMap::new(),
+        without_index: options.bench_without_index,
     };
     if let Some(opening) = opening {
         writer.open(opening)?;

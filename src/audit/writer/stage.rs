@@ -112,6 +112,12 @@ impl Staged {
         }
     }
 
+    /// The same without its index entries: for `TrailOptions::bench_without_index` only.
+    pub(crate) fn without_index(mut self) -> Staged {
+        self.index = Entries::default();
+        self
+    }
+
     /// Its seq.
     pub(crate) fn seq(&self) -> u64 {
         self.row.seq
