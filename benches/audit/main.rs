@@ -10,8 +10,9 @@
 //!   p99 <= 20 ms);
 //! - **commits**: commits/s with the index entries beside without, interleaved, at 1, 8 and
 //!   64 committers (`commits.rs`; target >= 0.9);
-//! - **console**: the console's trail page (target p99 <= 50 ms), a hook until the console
-//!   exists (`console.rs`; `ANKUSA_BENCH_CONSOLE_URL` names the node to measure).
+//! - **console**: a real node on the same store serving the console's Trail page (by the
+//!   actor, by the hour) and Subject page, timed by its own `Server-Timing` and to the last
+//!   byte (`console.rs`; target p99 <= 50 ms).
 //!
 //! `ANKUSA_BENCH_ONLY` picks parts (`queries,commits,console`), `ANKUSA_BENCH_ROUNDS` the
 //! queries' rounds (default 5: a scan and 40 index answers per question each),
@@ -35,6 +36,8 @@ mod cpu;
 mod env;
 #[path = "../shared/figures.rs"]
 mod figures;
+#[path = "../shared/node.rs"]
+mod node;
 mod queries;
 #[path = "../shared/rows.rs"]
 mod rows;
@@ -46,30 +49,22 @@ mod trail;
 const PER_ROUND: usize = 40;
 
 fn main() {
-    if part("queries") {
-        let rows = env("ANKUSA_BENCH_ROWS").unwrap_or(1_000_000);
+    let (queries, console) = (part("queries"), part("console"));
+    let built = (queries || console).then(|| build(env("ANKUSA_BENCH_ROWS").unwrap_or(1_000_000)));
+    if let (true, Some((dir, spread))) = (queries, &built) {
         let rounds = env("ANKUSA_BENCH_ROUNDS").unwrap_or(5);
-        queries_part(rows, rounds);
+        queries_part(dir.path(), spread, rounds);
     }
     if part("commits") {
         commits::run(Duration::from_secs(env("ANKUSA_BENCH_SECS").unwrap_or(2)));
     }
-    if part("console") {
-        let figure = std::env::var("ANKUSA_BENCH_CONSOLE_URL")
-            .ok()
-            .and_then(|url| console::trail_page_p99(&url));
-        match figure {
-            Some(p99) => println!(
-                "console trail page: p99 server time {:.1} ms (target <= 50 ms)",
-                p99.as_secs_f64() * 1000.0
-            ),
-            None => println!("console trail page: not measured (benches/audit/console.rs)"),
-        }
+    if let (true, Some((dir, spread))) = (console, &built) {
+        console::print(&console::run(dir.path(), &spread.questions()));
     }
 }
 
-/// Build the trail, start a node's trail on it, and answer the questions both ways.
-fn queries_part(n: u64, rounds: usize) {
+/// A trail of `n` rows, spread as `spread.rs` says, built in a directory of its own.
+fn build(n: u64) -> (tempfile::TempDir, spread::Spread) {
     let dir = tempfile::tempdir().unwrap();
     let started = Instant::now();
     let mut spread = spread::Spread::new(n, SystemClock.now_ms());
@@ -79,12 +74,17 @@ fn queries_part(n: u64, rounds: usize) {
         started.elapsed().as_secs_f64(),
         disk_bytes(dir.path()) >> 20
     );
+    (dir, spread)
+}
+
+/// Start a node's trail on the store at `dir` and answer the questions both ways.
+fn queries_part(dir: &std::path::Path, spread: &spread::Spread, rounds: usize) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    let trail = runtime.block_on(async { open(dir.path()) });
+    let trail = runtime.block_on(async { open(dir) });
     let questions = spread.questions();
     let answered = queries::answer(&runtime, &trail, &questions, (rounds, PER_ROUND));
     queries::print(&answered);

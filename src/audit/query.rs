@@ -16,6 +16,9 @@ pub(crate) fn indexed(filter: &Filter) -> bool {
     driving(filter).is_some() || filter.from.is_some() || filter.until.is_some()
 }
 
+/// Rows closer than this to the last one read are stepped to rather than sought.
+const ROW_STEPS: u64 = 8;
+
 /// The index that drives a walk for `filter`, the most selective first.
 fn driving(filter: &Filter) -> Option<Index<'_>> {
     let result = match filter.result {
@@ -80,9 +83,14 @@ pub(crate) fn page(
     };
     let on_rows = prefix == [keys::ROW];
     let mut walk = store.walk(Cf::Audit, &prefix);
-    let mut rows = store.walk(Cf::Audit, &[keys::ROW]);
+    // The rows an index names are read into the block cache; a walk of the rows themselves
+    // is a scan, which would only evict what is there.
+    let mut rows = match on_rows {
+        true => store.walk(Cf::Audit, &[keys::ROW]),
+        false => store.seeks(Cf::Audit, &[keys::ROW]),
+    };
     walk.seek(&from_key);
-    let mut read = 0;
+    let (mut read, mut last) = (0, start);
     while let Some((key, _)) = walk.entry() {
         let seq = match on_rows {
             true => keys::decode_row_key(key).map(|(seq, _)| seq),
@@ -96,7 +104,13 @@ pub(crate) fn page(
             break;
         }
         read += 1;
-        rows.advance_to(&keys::row_seek(seq));
+        // Rows an index names far apart (an actor's over months) are a seek each; stepping
+        // towards them first would only add the steps.
+        match seq > last.saturating_add(ROW_STEPS) {
+            true => rows.seek(&keys::row_seek(seq)),
+            false => rows.advance_to(&keys::row_seek(seq)),
+        }
+        last = seq;
         // An entry without its row would be damage: it names nothing, and is passed over.
         if let Some((k, v)) = rows.entry() {
             if keys::decode_row_key(k).is_some_and(|(s, _)| s == seq) {

@@ -28,7 +28,9 @@ fn the_console_is_on_by_default_on_loopback_only() {
     assert!(!on("[api]\nlisten = \"0.0.0.0:9000\"\n"));
     assert!(on("[api]\nlisten = \"0.0.0.0:9000\"\nconsole = \"on\"\n"));
     assert!(!on("[api]\nconsole = \"off\"\n"));
-    let err = load_str("[api]\nconsole = \"yes\"\n").unwrap_err().to_string();
+    let err = load_str("[api]\nconsole = \"yes\"\n")
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("api.console"), "{err}");
 }
 

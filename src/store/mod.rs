@@ -310,8 +310,19 @@ impl Store {
     /// drain neither grows the process nor evicts what point lookups keep there. Several
     /// walks may go through the store side by side.
     pub fn walk(&self, cf: Cf, prefix: &[u8]) -> Walk<'_> {
+        self.walk_filling(cf, prefix, false)
+    }
+
+    /// A walk whose reads go into the block cache: for the rows a query's index entries name,
+    /// read a few at a time and often again (an auditor pages back and forth), where the
+    /// blocks are worth keeping.
+    pub fn seeks(&self, cf: Cf, prefix: &[u8]) -> Walk<'_> {
+        self.walk_filling(cf, prefix, true)
+    }
+
+    fn walk_filling(&self, cf: Cf, prefix: &[u8], fill_cache: bool) -> Walk<'_> {
         let mut ro = ReadOptions::default();
-        ro.fill_cache(false);
+        ro.fill_cache(fill_cache);
         if let Some(upper) = prefix_upper_bound(prefix) {
             ro.set_iterate_upper_bound(upper);
         }
