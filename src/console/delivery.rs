@@ -75,10 +75,30 @@ struct DeliveryPage {
     notice: Option<String>,
 }
 
-/// `?done=` after an action: what it did, shown once.
+/// What an action did, in the address the browser is sent to after it: typed fields the
+/// page words itself, so that a link cannot make the page say anything else.
 #[derive(Debug, Default, serde::Deserialize)]
 pub struct Notice {
-    done: Option<String>,
+    /// The sink an action was on.
+    sink: Option<String>,
+    /// An enable's row.
+    enabled: Option<u64>,
+    /// A redrive's letters delivered and remaining.
+    delivered: Option<u64>,
+    remaining: Option<u64>,
+}
+
+impl Notice {
+    fn text(&self) -> Option<String> {
+        let sink = self.sink.as_deref()?;
+        match (self.enabled, self.delivered, self.remaining) {
+            (Some(row), None, None) => Some(format!("Enabled sink {sink} (audit row {row}).")),
+            (None, Some(delivered), Some(remaining)) => Some(format!(
+                "Redrove sink {sink}'s dead letters: {delivered} delivered, {remaining} remaining."
+            )),
+            _ => None,
+        }
+    }
 }
 
 /// `GET /console/delivery`.
@@ -147,7 +167,7 @@ pub async fn delivery(
         audit_seq,
         sinks,
         writes: signed.has(Scope::AdminWrite),
-        notice: notice.done,
+        notice: notice.text(),
     };
     Ok(render(&page))
 }
@@ -177,11 +197,21 @@ impl Acting {
     }
 }
 
-fn done(message: String) -> Response {
-    let q = url::form_urlencoded::Serializer::new(String::new())
-        .append_pair("done", &message)
-        .finish();
-    Redirect::to(&format!("/console/delivery?{q}")).into_response()
+fn done(notice: &Notice) -> Response {
+    let mut q = url::form_urlencoded::Serializer::new(String::new());
+    if let Some(sink) = &notice.sink {
+        q.append_pair("sink", sink);
+    }
+    for (name, value) in [
+        ("enabled", notice.enabled),
+        ("delivered", notice.delivered),
+        ("remaining", notice.remaining),
+    ] {
+        if let Some(value) = value {
+            q.append_pair(name, &value.to_string());
+        }
+    }
+    Redirect::to(&format!("/console/delivery?{}", q.finish())).into_response()
 }
 
 /// `POST /console/delivery/{sink}/enable`: as `POST .../sinks/{sink}/enable`.
@@ -193,7 +223,11 @@ pub async fn enable(
 ) -> Result<Response, Refusal> {
     let ctx = acting.context(&form)?;
     let seq = api::enable_sink(&state, ctx, &sink).await?;
-    Ok(done(format!("Enabled sink {sink} (audit row {seq}).")))
+    Ok(done(&Notice {
+        sink: Some(sink),
+        enabled: Some(seq),
+        ..Notice::default()
+    }))
 }
 
 /// `POST /console/delivery/{sink}/redrive`: as `POST .../dead-letters/redrive`.
@@ -205,10 +239,12 @@ pub async fn redrive(
 ) -> Result<Response, Refusal> {
     let ctx = acting.context(&form)?;
     let report = api::redrive_sink(&state, ctx, &sink).await?;
-    Ok(done(format!(
-        "Redrove sink {sink}'s dead letters: {} delivered, {} remaining.",
-        report.delivered, report.remaining
-    )))
+    Ok(done(&Notice {
+        sink: Some(sink),
+        delivered: Some(report.delivered),
+        remaining: Some(report.remaining),
+        ..Notice::default()
+    }))
 }
 
 /// An incarnation as the page lists it.

@@ -284,16 +284,26 @@ async fn subject_snapshot_and_redrive_pages_work_without_javascript() {
     );
     assert!(html.contains("samples from"), "{html}");
     receiver.answer(204);
-    let (status, _) = post(
-        &node,
-        &admin,
-        "/console/delivery/hook/redrive",
-        &csrf(&html),
-        None,
-    )
-    .await;
-    assert_eq!(status, StatusCode::SEE_OTHER);
-    let (_, html) = page(&node, &admin, "/console/delivery?done=x").await;
+    let r = client()
+        .post(node.url("/console/delivery/hook/redrive"))
+        .header("cookie", &admin)
+        .form(&[("csrf", csrf(&html))])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let back = r.headers()["location"].to_str().unwrap().to_owned();
+    let (_, html) = page(&node, &admin, &back).await;
+    assert!(
+        html.contains("Redrove sink hook&#39;s dead letters: 2 delivered, 0 remaining."),
+        "{html}"
+    );
+    // A link cannot make the page say anything else.
+    let forged = "/console/delivery?sink=hook&done=You+are+signed+out";
+    assert!(!page(&node, &admin, forged)
+        .await
+        .1
+        .contains("You are signed out"));
     assert!(html.contains("Dead letters (0)"), "{html}");
     let rows = node.rows().await;
     let redriven: Vec<_> = rows
