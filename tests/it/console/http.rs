@@ -325,3 +325,30 @@ async fn subject_snapshot_and_redrive_pages_work_without_javascript() {
     );
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_signs_everyone_out_and_sign_in_works_again() {
+    let node = TestNode::start().await;
+    let before = session(&node, AUDITOR).await;
+    assert_eq!(
+        page(&node, &before, "/console/trail").await.0,
+        StatusCode::OK
+    );
+    let node = TestNode::start_on(node.stop().await, |_| {}).await;
+    // The old cookie names no session of the new process: back to sign-in, not an error.
+    let r = client()
+        .get(node.url("/console/trail"))
+        .header("cookie", &before)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(r.headers()["location"], "/console/login");
+    let after = session(&node, AUDITOR).await;
+    assert_ne!(after, before);
+    assert_eq!(
+        page(&node, &after, "/console/trail").await.0,
+        StatusCode::OK
+    );
+    node.stop().await;
+}
