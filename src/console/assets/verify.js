@@ -49,9 +49,12 @@ async function rootFrom(leaf, index, size, path) {
 
 // A verifier key in the signed-note text form: `<name>+<hash>+<base64(0x01 || key)>`.
 async function parseKey(text) {
-  const parts = text.trim().split("+");
-  if (parts.length !== 3) throw new Error("the pinned key is not a verifier key (name+hash+key)");
-  const [name, hash, key] = parts;
+  // The name and the hash hold no `+`; the base64 key may.
+  const t = text.trim();
+  const i = t.indexOf("+");
+  const j = t.indexOf("+", i + 1);
+  if (i <= 0 || j < 0) throw new Error("the pinned key is not a verifier key (name+hash+key)");
+  const [name, hash, key] = [t.slice(0, i), t.slice(i + 1, j), t.slice(j + 1)];
   const raw = b64(key);
   if (raw.length !== 33 || raw[0] !== 1) throw new Error("the pinned key is not an Ed25519 verifier key");
   const id = (await sha256(concat(enc.encode(name + "\n"), raw))).slice(0, 4);
@@ -125,7 +128,8 @@ function start() {
   const out = document.getElementById("verify-result");
   const data = document.getElementById("proof-data");
   if (!button || !input || !out || !data) return;
-  input.value = localStorage.getItem(PIN) || "";
+  // What the operator already typed wins over the pin kept from last time.
+  if (!input.value) input.value = localStorage.getItem(PIN) || "";
   button.hidden = false;
   button.addEventListener("click", async () => {
     out.className = "";

@@ -22,6 +22,8 @@ pub(crate) fn verifier_key(node: &TestNode) -> String {
         .env_remove("ANKUSA_CONFIG")
         .output()
         .unwrap();
+    let stderr = String::from_utf8_lossy(&key.stderr);
+    assert!(key.status.success(), "ankusa audit key: {stderr}");
     String::from_utf8(key.stdout).unwrap().trim().to_owned()
 }
 

@@ -30,12 +30,47 @@ async fn create_as(node: &TestNode, token: &str, id: &str) -> Value {
     node.row(r.seq().unwrap()).await
 }
 
+/// Wait until the page's script runs (it shows the Verify button), so that it does not
+/// overwrite what the test types.
+async fn verify_ready(c: &Client) {
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Css("#verify:not([hidden])"))
+        .await
+        .expect("Verify's script ran");
+}
+
+/// Click Verify and wait for its verdict.
+async fn verify(c: &Client) -> String {
+    c.find(Locator::Id("verify"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    text_until(c, "verify-result", |t| {
+        t.starts_with("Proved") || t.starts_with("Not")
+    })
+    .await
+}
+
+/// Change what the page hands Verify (`j`: the row, its proof and the checkpoint) with
+/// `change`, as a node that lies would serve it.
+async fn tamper(c: &Client, change: &str) {
+    let script = format!(
+        "const d = document.getElementById('proof-data'); const j = JSON.parse(d.textContent); \
+         {change} d.textContent = JSON.stringify(j);"
+    );
+    c.execute(&script, vec![]).await.unwrap();
+}
+
 /// A verifier key named `name` (signed-note text) for an Ed25519 public key no one holds.
 fn other_key(name: &str) -> String {
     use base64::prelude::*;
     use sha2::Digest as _;
+    // Its base64 holds `+`, as about half of real keys' do: the key's part of the text.
     let mut raw = vec![1u8];
-    raw.extend([7u8; 32]);
+    raw.extend([0xbe_u8; 32]);
     let mut id = sha2::Sha256::new();
     id.update(format!("{name}\n").as_bytes());
     id.update(&raw);
@@ -109,6 +144,15 @@ async fn an_auditor_filters_opens_a_row_and_verifies_it_in_the_browser() {
             .click()
             .await
             .unwrap();
+        // The filtered page, not the one the click left.
+        let navigated = async || {
+            c.current_url()
+                .await
+                .unwrap()
+                .as_str()
+                .contains("actor=alice")
+        };
+        crate::support::eventually("the filtered page", Duration::from_secs(10), navigated).await;
         text_until(&c, "summary", |t| t.contains("row")).await;
         assert_eq!(listed_seqs(&c).await, expected);
         assert!(c
@@ -127,18 +171,10 @@ async fn an_auditor_filters_opens_a_row_and_verifies_it_in_the_browser() {
             .unwrap();
         assert_eq!(text(&c, "row-actor").await.split(' ').next(), Some("alice"));
         assert_eq!(text(&c, "row-action").await, "source.create");
+        verify_ready(&c).await;
         let pin = c.find(Locator::Id("pinned-key")).await.unwrap();
         pin.send_keys(&key).await.unwrap();
-        c.find(Locator::Id("verify"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
-        let proved = text_until(&c, "verify-result", |t| {
-            t.starts_with("Proved") || t.starts_with("Not")
-        })
-        .await;
+        let proved = verify(&c).await;
         let claim = format!(
             "Proved: row {shown}, as shown, is leaf {} of the {size}-row tree",
             shown - 1
@@ -154,6 +190,7 @@ async fn an_auditor_filters_opens_a_row_and_verifies_it_in_the_browser() {
 
         // The pin is kept in this browser: a reload still has it.
         c.refresh().await.unwrap();
+        verify_ready(&c).await;
         let kept = c
             .find(Locator::Id("pinned-key"))
             .await
@@ -164,21 +201,12 @@ async fn an_auditor_filters_opens_a_row_and_verifies_it_in_the_browser() {
         assert_eq!(kept.as_deref(), Some(key.as_str()));
 
         // One hash of the audit path changed: not proved.
-        c.execute(
-            "const d = document.getElementById('proof-data'); const j = JSON.parse(d.textContent); \
-             j.proof.proof[0] = btoa(String.fromCharCode(...new Array(32).fill(7))); \
-             d.textContent = JSON.stringify(j);",
-            vec![],
+        tamper(
+            &c,
+            "j.proof.proof[0] = btoa(String.fromCharCode(...new Array(32).fill(7)));",
         )
-        .await
-        .unwrap();
-        c.find(Locator::Id("verify"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
-        let refused = text_until(&c, "verify-result", |t| t.starts_with("Not")).await;
+        .await;
+        let refused = verify(&c).await;
         assert_eq!(
             refused,
             "Not proved: the proof does not lead to the checkpoint's root."
@@ -186,20 +214,9 @@ async fn an_auditor_filters_opens_a_row_and_verifies_it_in_the_browser() {
 
         // The row shown changed (the stored bytes still say alice): not proved.
         c.refresh().await.unwrap();
-        c.execute(
-            "const d = document.getElementById('proof-data'); const j = JSON.parse(d.textContent); \
-             j.row.actor = 'mallory'; d.textContent = JSON.stringify(j);",
-            vec![],
-        )
-        .await
-        .unwrap();
-        c.find(Locator::Id("verify"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
-        let refused = text_until(&c, "verify-result", |t| t.starts_with("Not")).await;
+        verify_ready(&c).await;
+        tamper(&c, "j.row.actor = 'mallory';").await;
+        let refused = verify(&c).await;
         assert_eq!(
             refused,
             "Not proved: the leaf's row differs from the row shown."
@@ -207,17 +224,12 @@ async fn an_auditor_filters_opens_a_row_and_verifies_it_in_the_browser() {
 
         // A well-formed key of the same name that did not sign: not proved.
         c.refresh().await.unwrap();
+        verify_ready(&c).await;
         let other = other_key(key.split('+').next().unwrap());
         let pin = c.find(Locator::Id("pinned-key")).await.unwrap();
         pin.clear().await.unwrap();
         pin.send_keys(&other).await.unwrap();
-        c.find(Locator::Id("verify"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
-        let refused = text_until(&c, "verify-result", |t| t.starts_with("Not")).await;
+        let refused = verify(&c).await;
         assert_eq!(
             refused,
             "Not proved: the checkpoint carries no signature by the pinned key."
