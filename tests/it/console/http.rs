@@ -74,14 +74,7 @@ async fn post(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_headers_and_forged_posts() {
-    let receiver = Receiver::answering(410).await;
-    let url = receiver.url();
-    let node = TestNode::start_with(|v| hook_sink(v, json!(["hook"]), &url)).await;
-    create_source(&node, "s1").await;
-    read_until(&node, "/admin/v1/lifecycle", |s| {
-        s["sinks"][0]["state"] == "disabled"
-    })
-    .await;
+    let (_receiver, node) = super::with_a_disabled_sink().await;
 
     // Without a session: sent to sign in. A wrong token: 401, no cookie.
     let r = client()

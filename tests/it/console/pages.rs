@@ -241,14 +241,7 @@ async fn an_auditor_filters_opens_a_row_and_verifies_it_in_the_browser() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_enables_a_disabled_sink_and_a_reader_cannot() {
-    let receiver = Receiver::answering(410).await;
-    let url = receiver.url();
-    let node = TestNode::start_with(|v| hook_sink(v, json!(["hook"]), &url)).await;
-    create_source(&node, "s1").await;
-    read_until(&node, "/admin/v1/lifecycle", |s| {
-        s["sinks"][0]["state"] == "disabled"
-    })
-    .await;
+    let (receiver, node) = super::with_a_disabled_sink().await;
     receiver.answer(204);
     let base = node.base.clone();
 
