@@ -17,7 +17,7 @@ use super::extract::{ApiPath, ApiQuery};
 use super::subject::page_limit;
 use super::AppState;
 use crate::audit::tree::proof::ProofError;
-use crate::audit::{self, Filter, RowResult};
+use crate::audit::{self, Filter, Row, RowResult};
 
 /// The longest filter value accepted, in characters (as the document's `maxLength` counts).
 const MAX_FILTER_LEN: usize = 256;
@@ -126,10 +126,22 @@ async fn rows_page(
     limit: Option<usize>,
     filter: Filter,
 ) -> Result<Json<Value>, ApiError> {
-    let limit = page_limit(limit)?;
+    let (rows, next) = rows_after(state, after.unwrap_or(0), page_limit(limit)?, filter).await?;
+    Ok(Json(json!({"rows": rows, "next": next})))
+}
+
+/// Up to `limit` rows `filter` lets through after `after`, and the seq the next page begins
+/// after, set whenever more rows may follow (after a full page, or when the read stopped at
+/// [`SCAN_BUDGET`]): what the list and the console's pages serve.
+pub(crate) async fn rows_after(
+    state: &AppState,
+    after: u64,
+    limit: usize,
+    filter: Filter,
+) -> Result<(Vec<Row>, Option<u64>), ApiError> {
     let scanned = state
         .trail
-        .page(after.unwrap_or(0), limit + 1, filter, SCAN_BUDGET)
+        .page(after, limit + 1, filter, SCAN_BUDGET)
         .await?;
     let mut rows = scanned.rows;
     let next = if rows.len() > limit {
@@ -138,7 +150,7 @@ async fn rows_page(
     } else {
         scanned.cut_at
     };
-    Ok(Json(json!({"rows": rows, "next": next})))
+    Ok((rows, next))
 }
 
 /// `GET /admin/v1/audit/{seq}`: one row.

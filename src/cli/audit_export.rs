@@ -19,6 +19,7 @@ use reqwest::{StatusCode, Url};
 
 use super::follow::Hidden;
 use super::progress::Progress;
+use crate::replica::http::NodeUrl;
 use receive::{Ended, Receiver};
 
 mod receive;
@@ -197,22 +198,8 @@ async fn error_message(mut response: reqwest::Response) -> String {
 
 /// The export's URL on the node `args.node`, with the filters as its query.
 fn export_url(args: &ExportArgs) -> anyhow::Result<Url> {
-    let node = &args.node;
-    let not = |why: &str| anyhow::anyhow!("--node {node:?} is not a node's URL: {why}");
-    let mut url = Url::parse(node).map_err(|e| not(&e.to_string()))?;
-    if !matches!(url.scheme(), "http" | "https") || !url.has_host() {
-        return Err(not("it needs http:// or https:// and a host"));
-    }
-    if url.query().is_some() || url.fragment().is_some() {
-        return Err(not("the base URL takes no query or fragment"));
-    }
-    if !url.username().is_empty() || url.password().is_some() {
-        return Err(not("credentials go in --token, never in the URL"));
-    }
-    url.path_segments_mut()
-        .map_err(|()| not("it cannot have a path"))?
-        .pop_if_empty()
-        .extend(["admin", "v1", "audit"]);
+    let node = NodeUrl::parse_flag("--node", &args.node).map_err(anyhow::Error::msg)?;
+    let mut url = node.endpoint(&["admin", "v1", "audit"]);
     let after = args.after.map(|a| a.to_string());
     let limit = args.limit.map(|l| l.to_string());
     let filters = [

@@ -39,8 +39,11 @@ impl History {
     pub fn sample(&self, trail: &Trail, publisher: &Publisher) {
         let now = now_ms();
         let committed = *trail.committed().borrow();
+        let statuses = publisher.statuses();
+        // Each sink has one sample a tick: an hour for all of them.
+        let keep = KEPT * statuses.len().max(1);
         let mut samples = self.samples.lock().unwrap_or_else(|p| p.into_inner());
-        for s in publisher.statuses() {
+        for s in statuses {
             let point = Point {
                 at: now,
                 backlog: committed.saturating_sub(s.position),
@@ -48,8 +51,6 @@ impl History {
             };
             samples.push_back((s.name, point));
         }
-        // Each sink has one sample a tick: an hour for all of them.
-        let keep = KEPT * publisher.statuses().len().max(1);
         while samples.len() > keep {
             samples.pop_front();
         }

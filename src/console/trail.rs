@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use super::page::{render, time, Nav, Refusal};
 use super::session::{self, Signed};
-use crate::api::audit::{checked, time as rfc3339, SCAN_BUDGET};
+use crate::api::audit::{checked, rows_after, time as rfc3339};
 use crate::api::auth::AuditRead;
 use crate::api::error::ApiError;
 use crate::api::AppState;
@@ -236,26 +236,6 @@ struct TrailPage {
     error: Option<String>,
 }
 
-/// One page of the rows `filter` lets through after `after`, and the seq the next begins
-/// after (whether more rows may follow, as the API's `next`), and whether the read was cut.
-async fn rows_page(
-    state: &AppState,
-    after: u64,
-    filter: Filter,
-) -> Result<(Vec<Row>, Option<u64>, bool), ApiError> {
-    let scanned = state
-        .trail
-        .page(after, PAGE + 1, filter, SCAN_BUDGET)
-        .await?;
-    let mut rows = scanned.rows;
-    if rows.len() > PAGE {
-        rows.truncate(PAGE);
-        let next = rows.last().map(|r| r.seq);
-        return Ok((rows, next, false));
-    }
-    Ok((rows, scanned.cut_at, scanned.cut_at.is_some()))
-}
-
 /// `GET /console/trail`: the filters and one page of rows; a bad filter is shown beside
 /// the form (400), never a blank page.
 pub async fn trail(
@@ -280,7 +260,9 @@ pub async fn trail(
             return Ok((StatusCode::BAD_REQUEST, render(&page)).into_response());
         }
     };
-    let (rows, next, cut) = rows_page(&state, q.after.unwrap_or(0), filter).await?;
+    let (rows, next) = rows_after(&state, q.after.unwrap_or(0), PAGE, filter).await?;
+    // Fewer rows than a page and still a `next`: the read stopped at its budget.
+    let cut = rows.len() < PAGE && next.is_some();
     let page = TrailPage {
         nav,
         lines: rows.iter().map(Line::from).collect(),
@@ -402,7 +384,7 @@ pub async fn subject(
             return Ok((StatusCode::BAD_REQUEST, render(&page)).into_response());
         }
     };
-    let (rows, next, _) = rows_page(&state, q.after.unwrap_or(0), filter).await?;
+    let (rows, next) = rows_after(&state, q.after.unwrap_or(0), PAGE, filter).await?;
     page.lines = rows.iter().map(Line::from).collect();
     page.next = next.map(|n| {
         let mut s = url::form_urlencoded::Serializer::new(String::new());

@@ -35,7 +35,12 @@ pub struct NodeUrl(Url);
 impl NodeUrl {
     /// `text` as a node URL, or why it is not one.
     pub fn parse(text: &str) -> Result<NodeUrl, String> {
-        let not = |why: &str| format!("--url {text:?} is not a node's URL: {why}");
+        NodeUrl::parse_flag("--url", text)
+    }
+
+    /// `text`, given as command-line flag `flag`, as a node URL, or why it is not one.
+    pub fn parse_flag(flag: &str, text: &str) -> Result<NodeUrl, String> {
+        let not = |why: &str| format!("{flag} {text:?} is not a node's URL: {why}");
         let url = Url::parse(text).map_err(|e| not(&e.to_string()))?;
         if !matches!(url.scheme(), "http" | "https") || !url.has_host() {
             return Err(not("it needs http:// or https:// and a host"));

@@ -42,6 +42,20 @@ pub(crate) fn hook_sink(v: &mut Value, sinks: Value, url: &str) {
     });
 }
 
+/// A node whose webhook sink `hook` its receiver disabled (a 410) at the first event: rows
+/// 1 (`source.create` of s1) and 2 (`sink.disable`).
+pub(crate) async fn with_a_disabled_sink() -> (Receiver, TestNode) {
+    let receiver = Receiver::answering(410).await;
+    let url = receiver.url();
+    let node = TestNode::start_with(|v| hook_sink(v, json!(["hook"]), &url)).await;
+    create_source(&node, "s1").await;
+    read_until(&node, "/admin/v1/lifecycle", |s| {
+        s["sinks"][0]["state"] == "disabled"
+    })
+    .await;
+    (receiver, node)
+}
+
 /// Creates source `id` of tenant t1 (a lifecycle event) and returns the reply.
 pub(crate) async fn create_source(node: &TestNode, id: &str) -> Reply {
     create_source_with(node, id, json!({})).await

@@ -74,7 +74,7 @@ async fn post(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_headers_and_forged_posts() {
-    let (_receiver, node) = super::with_a_disabled_sink().await;
+    let (_receiver, node) = crate::api::lifecycle::with_a_disabled_sink().await;
 
     // Without a session: sent to sign in. A wrong token: 401, no cookie.
     let r = client()

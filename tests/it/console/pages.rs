@@ -241,7 +241,7 @@ async fn an_auditor_filters_opens_a_row_and_verifies_it_in_the_browser() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_enables_a_disabled_sink_and_a_reader_cannot() {
-    let (receiver, node) = super::with_a_disabled_sink().await;
+    let (receiver, node) = crate::api::lifecycle::with_a_disabled_sink().await;
     receiver.answer(204);
     let base = node.base.clone();
 

@@ -2,11 +2,10 @@
 
 use std::time::Duration;
 
-use ankusa_sinks::test_support::Receiver;
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use crate::api::lifecycle::{create_source, hook_sink, read_until};
+use crate::api::lifecycle::{read_until, with_a_disabled_sink};
 use crate::support::node::*;
 
 /// An operator's enable whose client goes away while its row is being written still enables
@@ -14,14 +13,7 @@ use crate::support::node::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_enable_whose_client_went_away_still_enables_the_sink() {
     let scenario = fail::FailScenario::setup();
-    let receiver = Receiver::answering(410).await;
-    let url = receiver.url();
-    let node = TestNode::start_with(|v| hook_sink(v, json!(["hook"]), &url)).await;
-    create_source(&node, "s1").await;
-    read_until(&node, "/admin/v1/lifecycle", |s| {
-        s["sinks"][0]["state"] == "disabled"
-    })
-    .await;
+    let (receiver, node) = with_a_disabled_sink().await;
     receiver.answer(200);
     // The next group is held in the syncer until the client has given up.
     fail::cfg("audit::inline", "return").unwrap();
